@@ -1,0 +1,47 @@
+# fke — see README.md. `make help` lists the targets.
+SHELL := /usr/bin/env bash
+GO ?= go
+OUTPUT ?= $(CURDIR)/_output
+BIN := $(OUTPUT)/bin
+CONTROLLER_GEN := $(OUTPUT)/tools/controller-gen
+export FKE_BIN_DIR ?= $(BIN)
+
+.PHONY: help all build binaries generate manifests test test-unit test-integration test-e2e demo bench vet clean
+
+help: ## list the targets
+	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
+
+all: build binaries ## build fke and the upstream binaries
+
+build: ## build fke, fke-manager and fke-gpu-agent into _output/bin
+	@mkdir -p $(BIN)
+	$(GO) build -o $(BIN)/ ./cmd/...
+
+binaries: ## build kube-apiserver, kube-controller-manager, kube-scheduler, kubelet, etcd and kwok into _output/bin (skips current ones)
+	@hack/k8s/build.sh $(BIN)
+
+$(CONTROLLER_GEN): hack/tools/go.mod hack/tools/go.sum
+	@mkdir -p $(dir $@)
+	cd hack/tools && $(GO) build -o $@ sigs.k8s.io/controller-tools/cmd/controller-gen
+
+generate: $(CONTROLLER_GEN) ## regenerate deepcopy code and CRD manifests
+	$(CONTROLLER_GEN) object paths=./api/...
+	$(CONTROLLER_GEN) crd paths=./api/... output:crd:artifacts:config=config/crd/bases
+
+vet: ## go vet
+	$(GO) vet ./...
+
+test-unit: ## unit tests (no upstream binaries needed)
+	$(GO) test -count=1 ./api/... ./internal/... ./cmd/...
+
+test: build binaries ## every test: unit, integration and e2e against the real binaries
+	$(GO) test -count=1 -timeout 45m ./... 
+
+demo: build binaries ## the demo: a GPU cluster that autoscales
+	hack/demo.sh
+
+bench: build binaries ## benchmarks; see bench/README.md
+	$(GO) test -run '^$$' -bench . -benchtime 1x -timeout 60m ./bench/...
+
+clean: ## remove build outputs (keeps the upstream binaries cache)
+	rm -f $(BIN)/fke $(BIN)/fke-manager $(BIN)/fke-gpu-agent

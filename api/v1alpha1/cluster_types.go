@@ -1,0 +1,203 @@
+package v1alpha1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// ControlPlaneRuntime says where a Cluster's control-plane components run.
+// +kubebuilder:validation:Enum=local;hosted
+type ControlPlaneRuntime string
+
+const (
+	// RuntimeLocal runs etcd, kube-apiserver, kube-controller-manager and
+	// kube-scheduler as supervised processes on the management machine.
+	RuntimeLocal ControlPlaneRuntime = "local"
+	// RuntimeHosted renders the components into the management cluster (not yet available).
+	RuntimeHosted ControlPlaneRuntime = "hosted"
+)
+
+// ClusterSpec is the desired state of a tenant Kubernetes cluster.
+type ClusterSpec struct {
+	// Version is the Kubernetes version of the control plane, e.g. v1.37.2.
+	// +kubebuilder:default="v1.37.2"
+	// +kubebuilder:validation:Pattern=`^v1\.[0-9]+\.[0-9]+$`
+	// +optional
+	Version string `json:"version,omitempty"`
+
+	// Runtime says where the control plane runs.
+	// +kubebuilder:default=local
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="runtime is immutable"
+	// +optional
+	Runtime ControlPlaneRuntime `json:"runtime,omitempty"`
+
+	// Network holds the cluster's address ranges. Immutable.
+	// +kubebuilder:default={}
+	// +optional
+	Network ClusterNetwork `json:"network,omitempty"`
+
+	// Addons selects what fke installs into the cluster.
+	// +optional
+	Addons ClusterAddons `json:"addons,omitempty"`
+
+	// Autoscaling holds the cluster-wide settings of the node autoscaler.
+	// +kubebuilder:default={}
+	// +optional
+	Autoscaling ClusterAutoscaling `json:"autoscaling,omitempty"`
+}
+
+// ClusterNetwork holds the address ranges of a cluster.
+// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="network is immutable"
+type ClusterNetwork struct {
+	// PodCIDR is the range pod IPs are taken from.
+	// +kubebuilder:default="10.244.0.0/16"
+	// +kubebuilder:validation:XValidation:rule="isCIDR(self) && cidr(self).ip().family() == 4",message="podCIDR must be an IPv4 CIDR such as 10.244.0.0/16"
+	// +kubebuilder:validation:MaxLength=43
+	// +optional
+	PodCIDR string `json:"podCIDR,omitempty"`
+
+	// ServiceCIDR is the range Service cluster IPs are taken from.
+	// +kubebuilder:default="10.96.0.0/16"
+	// +kubebuilder:validation:XValidation:rule="isCIDR(self) && cidr(self).ip().family() == 4 && cidr(self).prefixLength() >= 12",message="serviceCIDR must be an IPv4 CIDR with a prefix of /12 or longer, such as 10.96.0.0/16"
+	// +kubebuilder:validation:MaxLength=43
+	// +optional
+	ServiceCIDR string `json:"serviceCIDR,omitempty"`
+}
+
+// ClusterAddons selects the addons fke installs into a tenant cluster.
+type ClusterAddons struct {
+	// GPUAgent configures the fke GPU node agent on GPU nodes.
+	// +optional
+	GPUAgent GPUAgentAddon `json:"gpuAgent,omitempty"`
+	// MetricsServer installs metrics-server (resource metrics for HPA and kubectl top).
+	// +optional
+	MetricsServer bool `json:"metricsServer,omitempty"`
+	// VerticalPodAutoscaler installs the upstream VPA.
+	// +optional
+	VerticalPodAutoscaler bool `json:"verticalPodAutoscaler,omitempty"`
+}
+
+// GPUSharingStrategy says how physical GPUs are shared between pods.
+// +kubebuilder:validation:Enum=none;time-slicing;mps
+type GPUSharingStrategy string
+
+// MIGStrategy says how MIG devices are exposed: none, single or mixed.
+// +kubebuilder:validation:Enum=none;single;mixed
+type MIGStrategy string
+
+// GPUAgentAddon configures GPU discovery, sharing and MIG on a cluster's GPU nodes.
+// +kubebuilder:validation:XValidation:rule="self.sharing != 'none' || !has(self.replicas) || self.replicas == 1",message="replicas > 1 needs sharing time-slicing or mps"
+type GPUAgentAddon struct {
+	// Sharing is the GPU sharing strategy.
+	// +kubebuilder:default=none
+	// +optional
+	Sharing GPUSharingStrategy `json:"sharing,omitempty"`
+	// Replicas is how many pods may share one GPU when sharing is enabled.
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=64
+	// +optional
+	Replicas *int32 `json:"replicas,omitempty"`
+	// MIGStrategy says how MIG devices are exposed.
+	// +kubebuilder:default=none
+	// +optional
+	MIGStrategy MIGStrategy `json:"migStrategy,omitempty"`
+}
+
+// Expander chooses between node pools that could all host pending pods.
+// +kubebuilder:validation:Enum=least-waste;price;priority;random
+type Expander string
+
+const (
+	ExpanderLeastWaste Expander = "least-waste"
+	ExpanderPrice      Expander = "price"
+	ExpanderPriority   Expander = "priority"
+	ExpanderRandom     Expander = "random"
+)
+
+// ClusterAutoscaling holds cluster-wide node autoscaler settings.
+type ClusterAutoscaling struct {
+	// ScanInterval is how often the autoscaler re-evaluates the cluster.
+	// +kubebuilder:default="10s"
+	// +optional
+	ScanInterval *metav1.Duration `json:"scanInterval,omitempty"`
+	// Expander picks among pools that fit pending pods.
+	// +kubebuilder:default=least-waste
+	// +optional
+	Expander Expander `json:"expander,omitempty"`
+	// MaxNodes caps the number of nodes in the cluster (0: no cap).
+	// +kubebuilder:validation:Minimum=0
+	// +optional
+	MaxNodes int32 `json:"maxNodes,omitempty"`
+	// MaxGPUs caps the number of GPUs in the cluster (0: no cap).
+	// +kubebuilder:validation:Minimum=0
+	// +optional
+	MaxGPUs int32 `json:"maxGPUs,omitempty"`
+}
+
+// ClusterPorts are the loopback ports a local control plane listens on.
+type ClusterPorts struct {
+	APIServer         int32 `json:"apiServer,omitempty"`
+	EtcdClient        int32 `json:"etcdClient,omitempty"`
+	EtcdPeer          int32 `json:"etcdPeer,omitempty"`
+	ControllerManager int32 `json:"controllerManager,omitempty"`
+	Scheduler         int32 `json:"scheduler,omitempty"`
+}
+
+// ClusterStatus is the observed state of a Cluster.
+type ClusterStatus struct {
+	// ObservedGeneration is the generation this status was computed from.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+	// Phase is a one-word summary: Provisioning, Ready, Deleting or Failed.
+	// +optional
+	Phase string `json:"phase,omitempty"`
+	// Endpoint is the URL of the cluster's kube-apiserver.
+	// +optional
+	Endpoint string `json:"endpoint,omitempty"`
+	// Version is the Kubernetes version the API server reports.
+	// +optional
+	Version string `json:"version,omitempty"`
+	// KubeconfigSecret names the Secret (key "value") holding the admin kubeconfig.
+	// +optional
+	KubeconfigSecret string `json:"kubeconfigSecret,omitempty"`
+	// Ports are the loopback ports of a local control plane, kept across restarts.
+	// +optional
+	Ports ClusterPorts `json:"ports,omitempty"`
+	// Conditions: ControlPlaneReady, AddonsReady, Ready.
+	// +listType=map
+	// +listMapKey=type
+	// +optional
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+}
+
+// Cluster is a tenant Kubernetes cluster whose control plane fke runs.
+//
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:shortName=fkc,categories=fke
+// +kubebuilder:printcolumn:name="Version",type=string,JSONPath=`.spec.version`
+// +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`
+// +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
+// +kubebuilder:printcolumn:name="Endpoint",type=string,JSONPath=`.status.endpoint`
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+// +kubebuilder:validation:XValidation:rule="self.metadata.name.size() <= 40 && self.metadata.name.matches('^[a-z]([-a-z0-9]*[a-z0-9])?$')",message="cluster name must be a DNS label of at most 40 characters: lowercase letters, digits and '-', starting with a letter"
+type Cluster struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// +kubebuilder:default={}
+	Spec   ClusterSpec   `json:"spec,omitempty"`
+	Status ClusterStatus `json:"status,omitempty"`
+}
+
+// ClusterList is a list of Clusters.
+//
+// +kubebuilder:object:root=true
+type ClusterList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []Cluster `json:"items"`
+}
+
+func init() {
+	SchemeBuilder.Register(&Cluster{}, &ClusterList{})
+}

@@ -1,0 +1,53 @@
+package v1alpha1
+
+// Condition types. Every status carries metav1.Condition values with these types.
+const (
+	// ConditionReady summarises an object: True when it does what its spec asks.
+	ConditionReady = "Ready"
+	// ConditionControlPlaneReady is True when every control-plane component of a
+	// Cluster answers its readiness check.
+	ConditionControlPlaneReady = "ControlPlaneReady"
+	// ConditionAddonsReady is True when the Cluster's addons are installed and ready.
+	ConditionAddonsReady = "AddonsReady"
+	// ConditionProvisioned is True when the provider created the Machine's instance.
+	ConditionProvisioned = "Provisioned"
+	// ConditionRegistered is True when the Machine's Node exists and is Ready.
+	ConditionRegistered = "Registered"
+	// ConditionGPUReady is True when the Node's allocatable GPUs match the instance type.
+	ConditionGPUReady = "GPUReady"
+	// ConditionScalingActive is True when a NodePool's size can be changed (not backing off).
+	ConditionScalingActive = "ScalingActive"
+)
+
+// Condition reasons shared by several kinds.
+const (
+	ReasonReady             = "Ready"
+	ReasonProvisioning      = "Provisioning"
+	ReasonStarting          = "Starting"
+	ReasonComponentsNotReady = "ComponentsNotReady"
+	ReasonInternalError     = "InternalError"
+	ReasonDeleting          = "Deleting"
+	ReasonInvalidSpec       = "InvalidSpec"
+	ReasonClusterNotReady   = "ClusterNotReady"
+	ReasonNodeNotFound      = "NodeNotFound"
+	ReasonNodeNotReady      = "NodeNotReady"
+	ReasonGPUsNotAllocatable = "GPUsNotAllocatable"
+	ReasonNoGPUs            = "NoGPUs"
+	ReasonScaling           = "Scaling"
+)
+
+// Labels and annotations fke puts on objects it owns.
+const (
+	// LabelCluster names the Cluster a NodePool or Machine belongs to.
+	LabelCluster = "fke.dev/cluster"
+	// LabelNodePool names the NodePool a Machine or Node belongs to.
+	LabelNodePool = "fke.dev/nodepool"
+	// AnnotationDoNotDisrupt on a pod or node keeps the autoscaler from removing it.
+	AnnotationDoNotDisrupt = "fke.dev/do-not-disrupt"
+	// ClusterFinalizer guards the cleanup of a Cluster's control plane and data.
+	ClusterFinalizer = "fke.dev/cluster"
+	// NodePoolFinalizer guards the removal of a NodePool's Machines.
+	NodePoolFinalizer = "fke.dev/nodepool"
+	// MachineFinalizer guards the deletion of a Machine's instance and Node.
+	MachineFinalizer = "fke.dev/machine"
+)

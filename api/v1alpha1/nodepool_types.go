@@ -1,0 +1,193 @@
+package v1alpha1
+
+import (
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+)
+
+// ProviderName names a node provider.
+// +kubebuilder:validation:Enum=kwok;local
+type ProviderName string
+
+const (
+	// ProviderKwok makes simulated nodes (kwok) for scale and tests.
+	ProviderKwok ProviderName = "kwok"
+	// ProviderLocal makes real nodes (kubelet + containerd) on this machine.
+	ProviderLocal ProviderName = "local"
+)
+
+// NodePoolSpec is the desired state of a group of identical worker nodes.
+// +kubebuilder:validation:XValidation:rule="!has(self.autoscaling) || !has(self.replicas) || (self.replicas >= self.autoscaling.minSize && self.replicas <= self.autoscaling.maxSize)",message="replicas must lie within autoscaling minSize..maxSize"
+type NodePoolSpec struct {
+	// ClusterName is the Cluster (same namespace) the pool's nodes join. Immutable.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="clusterName is immutable"
+	// +kubebuilder:validation:XValidation:rule="self.matches('^[a-z]([-a-z0-9]*[a-z0-9])?$')",message="clusterName must be a DNS label"
+	ClusterName string `json:"clusterName"`
+
+	// InstanceType names the InstanceType of every node in the pool.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	InstanceType string `json:"instanceType"`
+
+	// Provider makes the pool's nodes.
+	// +kubebuilder:default=kwok
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="provider is immutable"
+	// +optional
+	Provider ProviderName `json:"provider,omitempty"`
+
+	// Replicas is the desired number of nodes. With autoscaling, the autoscaler
+	// changes it within minSize..maxSize.
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=5000
+	// +optional
+	Replicas *int32 `json:"replicas,omitempty"`
+
+	// Autoscaling lets the node autoscaler size the pool.
+	// +optional
+	Autoscaling *NodePoolAutoscaling `json:"autoscaling,omitempty"`
+
+	// Labels are added to every node of the pool.
+	// +optional
+	Labels map[string]string `json:"labels,omitempty"`
+
+	// Taints are added to every node of the pool.
+	// +listType=atomic
+	// +optional
+	Taints []corev1.Taint `json:"taints,omitempty"`
+
+	// DisableGPUTaint leaves GPU nodes without the nvidia.com/gpu=present:NoSchedule taint.
+	// +optional
+	DisableGPUTaint bool `json:"disableGPUTaint,omitempty"`
+
+	// Upgrade bounds how nodes are replaced when the template changes.
+	// +kubebuilder:default={}
+	// +optional
+	Upgrade NodePoolUpgrade `json:"upgrade,omitempty"`
+}
+
+// NodePoolAutoscaling configures the node autoscaler for one pool.
+// +kubebuilder:validation:XValidation:rule="self.minSize <= self.maxSize",message="minSize must be less than or equal to maxSize"
+type NodePoolAutoscaling struct {
+	// MinSize is the fewest nodes the autoscaler leaves (0 allows scale to zero).
+	// +kubebuilder:validation:Minimum=0
+	MinSize int32 `json:"minSize"`
+	// MaxSize is the most nodes the autoscaler makes.
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=5000
+	MaxSize int32 `json:"maxSize"`
+	// ScaleDownUnneededTime is how long a node must be unneeded before removal.
+	// +kubebuilder:default="10m"
+	// +optional
+	ScaleDownUnneededTime *metav1.Duration `json:"scaleDownUnneededTime,omitempty"`
+	// ScaleDownUtilizationThreshold: a node whose requested cpu and memory fall
+	// below this fraction of allocatable is a scale-down candidate. A decimal in [0,1].
+	// +kubebuilder:default="0.5"
+	// +kubebuilder:validation:Pattern=`^(0(\.[0-9]+)?|1(\.0+)?)$`
+	// +optional
+	ScaleDownUtilizationThreshold string `json:"scaleDownUtilizationThreshold,omitempty"`
+	// MaxProvisionTime is how long a new node may take to become ready with its
+	// GPUs before the pool backs off and another pool is tried.
+	// +kubebuilder:default="15m"
+	// +optional
+	MaxProvisionTime *metav1.Duration `json:"maxProvisionTime,omitempty"`
+	// Priority ranks pools for the priority expander (higher wins).
+	// +optional
+	Priority int32 `json:"priority,omitempty"`
+}
+
+// NodePoolUpgrade bounds a rolling replacement of a pool's nodes.
+type NodePoolUpgrade struct {
+	// MaxSurge is how many nodes may be added above the desired size during a replacement.
+	// +kubebuilder:default=1
+	// +kubebuilder:validation:XIntOrString
+	// +optional
+	MaxSurge *intstr.IntOrString `json:"maxSurge,omitempty"`
+	// MaxUnavailable is how many nodes may be unavailable during a replacement.
+	// +kubebuilder:default=0
+	// +kubebuilder:validation:XIntOrString
+	// +optional
+	MaxUnavailable *intstr.IntOrString `json:"maxUnavailable,omitempty"`
+}
+
+// ScaleDecision records the last sizing decision made for a pool.
+type ScaleDecision struct {
+	// Time of the decision.
+	Time metav1.Time `json:"time"`
+	// From and To are the pool's desired sizes before and after.
+	From int32 `json:"from"`
+	To   int32 `json:"to"`
+	// Reason says why, in words.
+	Reason string `json:"reason"`
+}
+
+// NodePoolStatus is the observed state of a NodePool.
+type NodePoolStatus struct {
+	// ObservedGeneration is the generation this status was computed from.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+	// Replicas is the number of Machines of the pool.
+	// +optional
+	Replicas int32 `json:"replicas"`
+	// ReadyReplicas is the number of Machines whose Node is Ready (and GPUs allocatable).
+	// +optional
+	ReadyReplicas int32 `json:"readyReplicas"`
+	// DesiredReplicas is the size the pool is heading to.
+	// +optional
+	DesiredReplicas int32 `json:"desiredReplicas"`
+	// Selector is the label selector of the pool's Machines (for the scale subresource).
+	// +optional
+	Selector string `json:"selector,omitempty"`
+	// GPUCapacity is the number of allocatable GPUs on the pool's nodes.
+	// +optional
+	GPUCapacity int64 `json:"gpuCapacity"`
+	// GPUAllocated is the number of those GPUs requested by running pods.
+	// +optional
+	GPUAllocated int64 `json:"gpuAllocated"`
+	// LastScaleDecision is the most recent change of the desired size.
+	// +optional
+	LastScaleDecision *ScaleDecision `json:"lastScaleDecision,omitempty"`
+	// Conditions: Ready, ScalingActive.
+	// +listType=map
+	// +listMapKey=type
+	// +optional
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+}
+
+// NodePool is a group of identical worker nodes of one Cluster.
+//
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:subresource:scale:specpath=.spec.replicas,statuspath=.status.replicas,selectorpath=.status.selector
+// +kubebuilder:resource:shortName=np,categories=fke
+// +kubebuilder:printcolumn:name="Cluster",type=string,JSONPath=`.spec.clusterName`
+// +kubebuilder:printcolumn:name="Type",type=string,JSONPath=`.spec.instanceType`
+// +kubebuilder:printcolumn:name="Desired",type=integer,JSONPath=`.spec.replicas`
+// +kubebuilder:printcolumn:name="Ready",type=integer,JSONPath=`.status.readyReplicas`
+// +kubebuilder:printcolumn:name="Min",type=integer,JSONPath=`.spec.autoscaling.minSize`
+// +kubebuilder:printcolumn:name="Max",type=integer,JSONPath=`.spec.autoscaling.maxSize`
+// +kubebuilder:printcolumn:name="GPUs",type=integer,JSONPath=`.status.gpuCapacity`
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+// +kubebuilder:validation:XValidation:rule="self.metadata.name.size() <= 40 && self.metadata.name.matches('^[a-z]([-a-z0-9]*[a-z0-9])?$')",message="node pool name must be a DNS label of at most 40 characters: lowercase letters, digits and '-', starting with a letter"
+type NodePool struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	Spec   NodePoolSpec   `json:"spec"`
+	Status NodePoolStatus `json:"status,omitempty"`
+}
+
+// NodePoolList is a list of NodePools.
+//
+// +kubebuilder:object:root=true
+type NodePoolList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []NodePool `json:"items"`
+}
+
+func init() {
+	SchemeBuilder.Register(&NodePool{}, &NodePoolList{})
+}
