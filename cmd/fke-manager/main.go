@@ -1,0 +1,36 @@
+// Command fke-manager runs fke's controllers against a management API server
+// (the same controllers `fke up` runs).
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"fke.dev/fke/internal/binaries"
+	"fke.dev/fke/internal/localplane"
+	"fke.dev/fke/internal/manager"
+)
+
+func main() {
+	var opts manager.Options
+	var binDir string
+	flag.StringVar(&opts.Kubeconfig, "kubeconfig", os.Getenv("KUBECONFIG"), "kubeconfig of the management API")
+	flag.StringVar(&opts.DataDir, "data-dir", localplane.DefaultDataDir(), "directory for tenant control-plane data")
+	flag.StringVar(&binDir, "bin-dir", os.Getenv(binaries.EnvDir), "directory of the upstream binaries")
+	flag.StringVar(&opts.HealthAddr, "health-addr", ":8081", "address of /healthz and /readyz")
+	flag.StringVar(&opts.MetricsAddr, "metrics-addr", ":8080", "address of /metrics (0 disables)")
+	flag.Parse()
+	opts.Binaries = binaries.Finder{Dir: binDir}
+	opts.Logger = slog.New(slog.NewJSONHandler(os.Stderr, nil))
+	ctx, cancel := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer cancel()
+	if err := manager.Run(ctx, opts); err != nil {
+		fmt.Fprintln(os.Stderr, "Error:", err)
+		os.Exit(1)
+	}
+}

@@ -1,0 +1,99 @@
+// Package binaries finds the upstream executables fke runs (etcd,
+// kube-apiserver, kube-controller-manager, kube-scheduler, kubelet, kwok).
+package binaries
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+)
+
+// EnvDir names the environment variable that points at a directory of binaries.
+const EnvDir = "FKE_BIN_DIR"
+
+// Names of the upstream binaries built by `make binaries`.
+const (
+	Etcd                  = "etcd"
+	KubeAPIServer         = "kube-apiserver"
+	KubeControllerManager = "kube-controller-manager"
+	KubeScheduler         = "kube-scheduler"
+	Kubelet               = "kubelet"
+	Kwok                  = "kwok"
+)
+
+// MissingError says which binary was not found and where fke looked.
+type MissingError struct {
+	Name    string
+	Visited []string
+}
+
+func (e *MissingError) Error() string {
+	return fmt.Sprintf("%s not found (looked in %s and $PATH): build the upstream binaries with `make binaries` "+
+		"(about 12 minutes on an empty cache) or set %s to the directory that holds them",
+		e.Name, strings.Join(e.Visited, ", "), EnvDir)
+}
+
+// Finder locates binaries. Dir, when set, is searched first (a --bin-dir flag).
+type Finder struct {
+	Dir string
+}
+
+// searchDirs lists the directories searched before $PATH, in order: Dir,
+// $FKE_BIN_DIR, the directory of the running executable, ./_output/bin.
+func (f Finder) searchDirs() []string {
+	var dirs []string
+	add := func(d string) {
+		if d == "" {
+			return
+		}
+		if abs, err := filepath.Abs(d); err == nil {
+			d = abs
+		}
+		for _, seen := range dirs {
+			if seen == d {
+				return
+			}
+		}
+		dirs = append(dirs, d)
+	}
+	add(f.Dir)
+	add(os.Getenv(EnvDir))
+	if exe, err := os.Executable(); err == nil {
+		add(filepath.Dir(exe))
+	}
+	add(filepath.Join("_output", "bin"))
+	return dirs
+}
+
+// Path returns the absolute path of the binary name, or a *MissingError.
+func (f Finder) Path(name string) (string, error) {
+	dirs := f.searchDirs()
+	for _, d := range dirs {
+		p := filepath.Join(d, name)
+		if st, err := os.Stat(p); err == nil && !st.IsDir() && st.Mode()&0o111 != 0 {
+			return p, nil
+		}
+	}
+	if p, err := exec.LookPath(name); err == nil {
+		return p, nil
+	}
+	return "", &MissingError{Name: name, Visited: dirs}
+}
+
+// Paths resolves several binaries at once, reporting every missing one.
+func (f Finder) Paths(names ...string) (map[string]string, error) {
+	out := make(map[string]string, len(names))
+	var errs []error
+	for _, n := range names {
+		p, err := f.Path(n)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		out[n] = p
+	}
+	return out, errors.Join(errs...)
+}

@@ -1,0 +1,417 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/duration"
+	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/yaml"
+
+	fkev1 "fke.dev/fke/api/v1alpha1"
+	"fke.dev/fke/internal/controller/cluster"
+)
+
+func newClusterCmd(g *globals) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:     "cluster",
+		Aliases: []string{"clusters"},
+		Short:   "Create, list, inspect and delete tenant clusters",
+	}
+	cmd.AddCommand(newClusterCreateCmd(g), newClusterListCmd(g), newClusterGetCmd(g), newClusterDeleteCmd(g))
+	return cmd
+}
+
+// validateName checks a cluster or pool name before anything is sent.
+func validateName(kind, name string) error {
+	if errs := validation.IsDNS1123Label(name); len(errs) > 0 || len(name) > 40 || (name != "" && (name[0] < 'a' || name[0] > 'z')) {
+		return fmt.Errorf("invalid %s name %q: use at most 40 lowercase letters, digits and '-', starting with a letter", kind, name)
+	}
+	return nil
+}
+
+func newClusterCreateCmd(g *globals) *cobra.Command {
+	var (
+		version string
+		wait    bool
+		timeout time.Duration
+	)
+	cmd := &cobra.Command{
+		Use:   "create NAME",
+		Short: "Create a tenant cluster with its own control plane",
+		Args:  exactArgs(1, "NAME"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			name := args[0]
+			if err := validateName("cluster", name); err != nil {
+				return err
+			}
+			c, err := g.client()
+			if err != nil {
+				return err
+			}
+			cl := &fkev1.Cluster{
+				ObjectMeta: metav1.ObjectMeta{Namespace: g.namespace, Name: name},
+				Spec:       fkev1.ClusterSpec{Version: version},
+			}
+			if err := c.Create(cmd.Context(), cl); err != nil {
+				return explainCluster(err, name)
+			}
+			fmt.Fprintf(g.out, "cluster %s created\n", name)
+			if !wait {
+				fmt.Fprintf(g.out, "watch it with `fke cluster get %s`\n", name)
+				return nil
+			}
+			if err := waitClusterReady(cmd.Context(), c, client.ObjectKeyFromObject(cl), timeout, g.out); err != nil {
+				return err
+			}
+			fmt.Fprintf(g.out, "cluster %s is ready; get its kubeconfig with `fke kubeconfig %s`\n", name, name)
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&version, "version", cluster.SupportedVersion, "Kubernetes version of the control plane")
+	cmd.Flags().BoolVar(&wait, "wait", false, "wait until the cluster is Ready")
+	cmd.Flags().DurationVar(&timeout, "timeout", 5*time.Minute, "how long --wait waits")
+	return cmd
+}
+
+// waitClusterReady polls until Ready, printing each new condition message.
+func waitClusterReady(ctx context.Context, c client.Client, key client.ObjectKey, timeout time.Duration, out io.Writer) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	last := ""
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		cl := &fkev1.Cluster{}
+		if err := c.Get(ctx, key, cl); err != nil && ctx.Err() == nil {
+			return explainCluster(err, key.Name)
+		}
+		if cond := meta.FindStatusCondition(cl.Status.Conditions, fkev1.ConditionReady); cond != nil {
+			if cond.Status == metav1.ConditionTrue && cond.ObservedGeneration == cl.Generation {
+				return nil
+			}
+			if cond.Message != last {
+				fmt.Fprintf(out, "  %s: %s\n", cond.Reason, cond.Message)
+				last = cond.Message
+			}
+			if cl.Status.Phase == "Failed" {
+				return fmt.Errorf("cluster %s failed: %s", key.Name, cond.Message)
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("cluster %s was not ready after %s (last: %s); see `fke cluster get %s`", key.Name, timeout, last, key.Name)
+		case <-tick.C:
+		}
+	}
+}
+
+func newClusterListCmd(g *globals) *cobra.Command {
+	var output string
+	cmd := &cobra.Command{
+		Use:     "list",
+		Aliases: []string{"ls"},
+		Short:   "List tenant clusters",
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c, err := g.client()
+			if err != nil {
+				return err
+			}
+			var list fkev1.ClusterList
+			if err := c.List(cmd.Context(), &list, client.InNamespace(g.namespace)); err != nil {
+				return explain(err, "clusters")
+			}
+			if output != "" {
+				return printObject(g.out, output, &list)
+			}
+			tw := tabwriter.NewWriter(g.out, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "NAME\tVERSION\tPHASE\tREADY\tENDPOINT\tAGE")
+			for _, cl := range list.Items {
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", cl.Name, cl.Spec.Version, orDash(cl.Status.Phase),
+					conditionStatus(cl.Status.Conditions, fkev1.ConditionReady), orDash(cl.Status.Endpoint), age(cl.CreationTimestamp))
+			}
+			return tw.Flush()
+		},
+	}
+	cmd.Flags().StringVarP(&output, "output", "o", "", "output format: yaml or json")
+	return cmd
+}
+
+func newClusterGetCmd(g *globals) *cobra.Command {
+	var output string
+	cmd := &cobra.Command{
+		Use:   "get NAME",
+		Short: "Show a tenant cluster: control plane, conditions and events",
+		Args:  exactArgs(1, "NAME"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := g.client()
+			if err != nil {
+				return err
+			}
+			cl := &fkev1.Cluster{}
+			if err := c.Get(cmd.Context(), client.ObjectKey{Namespace: g.namespace, Name: args[0]}, cl); err != nil {
+				return explainCluster(err, args[0])
+			}
+			if output != "" {
+				return printObject(g.out, output, cl)
+			}
+			return describeCluster(cmd.Context(), c, cl, g.out)
+		},
+	}
+	cmd.Flags().StringVarP(&output, "output", "o", "", "output format: yaml or json")
+	return cmd
+}
+
+func describeCluster(ctx context.Context, c client.Client, cl *fkev1.Cluster, out io.Writer) error {
+	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	fmt.Fprintf(tw, "Name:\t%s\n", cl.Name)
+	fmt.Fprintf(tw, "Namespace:\t%s\n", cl.Namespace)
+	fmt.Fprintf(tw, "Version:\t%s (reported: %s)\n", cl.Spec.Version, orDash(cl.Status.Version))
+	fmt.Fprintf(tw, "Runtime:\t%s\n", cl.Spec.Runtime)
+	fmt.Fprintf(tw, "Phase:\t%s\n", orDash(cl.Status.Phase))
+	fmt.Fprintf(tw, "Endpoint:\t%s\n", orDash(cl.Status.Endpoint))
+	fmt.Fprintf(tw, "Kubeconfig:\tSecret %s (fke kubeconfig %s)\n", orDash(cl.Status.KubeconfigSecret), cl.Name)
+	fmt.Fprintf(tw, "Networks:\tpods %s, services %s\n", cl.Spec.Network.PodCIDR, cl.Spec.Network.ServiceCIDR)
+	fmt.Fprintf(tw, "Age:\t%s\n", age(cl.CreationTimestamp))
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	fmt.Fprintln(out, "\nConditions:")
+	tw = tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "  TYPE\tSTATUS\tREASON\tMESSAGE")
+	for _, cond := range cl.Status.Conditions {
+		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\n", cond.Type, cond.Status, cond.Reason, cond.Message)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	return printEvents(ctx, c, cl.Namespace, "Cluster", cl.Name, out)
+}
+
+// printEvents lists the latest events about one object.
+func printEvents(ctx context.Context, c client.Client, namespace, kind, name string, out io.Writer) error {
+	var evs corev1.EventList
+	if err := c.List(ctx, &evs, client.InNamespace(namespace)); err != nil {
+		return nil //nolint:nilerr // events are best effort in a description
+	}
+	fmt.Fprintln(out, "\nEvents:")
+	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "  AGE\tTYPE\tREASON\tMESSAGE")
+	n := 0
+	for _, e := range evs.Items {
+		if e.InvolvedObject.Kind != kind || e.InvolvedObject.Name != name {
+			continue
+		}
+		ts := e.LastTimestamp
+		if ts.IsZero() {
+			ts = metav1.NewTime(e.EventTime.Time)
+		}
+		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\n", age(ts), e.Type, e.Reason, e.Message)
+		n++
+	}
+	if n == 0 {
+		fmt.Fprintln(tw, "  <none>")
+	}
+	return tw.Flush()
+}
+
+func newClusterDeleteCmd(g *globals) *cobra.Command {
+	var (
+		wait    bool
+		timeout time.Duration
+	)
+	cmd := &cobra.Command{
+		Use:   "delete NAME",
+		Short: "Delete a tenant cluster, its control plane and its data",
+		Args:  exactArgs(1, "NAME"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := g.client()
+			if err != nil {
+				return err
+			}
+			key := client.ObjectKey{Namespace: g.namespace, Name: args[0]}
+			cl := &fkev1.Cluster{}
+			if err := c.Get(cmd.Context(), key, cl); err != nil {
+				return explainCluster(err, args[0])
+			}
+			if err := c.Delete(cmd.Context(), cl); err != nil {
+				return explainCluster(err, args[0])
+			}
+			if !wait {
+				fmt.Fprintf(g.out, "cluster %s is being deleted\n", args[0])
+				return nil
+			}
+			ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
+			defer cancel()
+			tick := time.NewTicker(100 * time.Millisecond)
+			defer tick.Stop()
+			for {
+				err := c.Get(ctx, key, &fkev1.Cluster{})
+				if apierrors.IsNotFound(err) {
+					fmt.Fprintf(g.out, "cluster %s deleted\n", args[0])
+					return nil
+				}
+				select {
+				case <-ctx.Done():
+					return fmt.Errorf("cluster %s still exists after %s; see `fke cluster get %s`", args[0], timeout, args[0])
+				case <-tick.C:
+				}
+			}
+		},
+	}
+	cmd.Flags().BoolVar(&wait, "wait", false, "wait until the cluster is gone")
+	cmd.Flags().DurationVar(&timeout, "timeout", 2*time.Minute, "how long --wait waits")
+	return cmd
+}
+
+func newKubeconfigCmd(g *globals) *cobra.Command {
+	var merge bool
+	cmd := &cobra.Command{
+		Use:   "kubeconfig NAME",
+		Short: "Print a cluster's admin kubeconfig, or merge it into your kubeconfig",
+		Args:  exactArgs(1, "NAME"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := g.client()
+			if err != nil {
+				return err
+			}
+			name := args[0]
+			cl := &fkev1.Cluster{}
+			if err := c.Get(cmd.Context(), client.ObjectKey{Namespace: g.namespace, Name: name}, cl); err != nil {
+				return explainCluster(err, name)
+			}
+			s := &corev1.Secret{}
+			if err := c.Get(cmd.Context(), client.ObjectKey{Namespace: g.namespace, Name: cluster.KubeconfigSecretName(name)}, s); err != nil {
+				if apierrors.IsNotFound(err) {
+					return fmt.Errorf("cluster %s has no kubeconfig yet (phase %s): wait with `fke cluster get %s`", name, orDash(cl.Status.Phase), name)
+				}
+				return explain(err, "kubeconfig")
+			}
+			data := s.Data[cluster.KubeconfigKey]
+			if !merge {
+				_, err := g.out.Write(data)
+				return err
+			}
+			path, err := mergeKubeconfig(data, "fke-"+name)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(g.out, "merged context fke-%s into %s and made it current\n", name, path)
+			return nil
+		},
+	}
+	cmd.Flags().BoolVar(&merge, "merge", false, "merge into $KUBECONFIG (or ~/.kube/config) as context fke-NAME and switch to it")
+	return cmd
+}
+
+// mergeKubeconfig adds the cluster, user and context of data under name to
+// the user's kubeconfig file and makes it current.
+func mergeKubeconfig(data []byte, name string) (string, error) {
+	in, err := clientcmd.Load(data)
+	if err != nil {
+		return "", fmt.Errorf("decoding kubeconfig: %w", err)
+	}
+	rules := clientcmd.NewDefaultClientConfigLoadingRules()
+	path := rules.GetDefaultFilename()
+	if env := os.Getenv("KUBECONFIG"); env != "" {
+		path = filepath.SplitList(env)[0]
+	}
+	cur, err := clientcmd.LoadFromFile(path)
+	if err != nil {
+		if !os.IsNotExist(err) {
+			return "", fmt.Errorf("reading %s: %w", path, err)
+		}
+		cur = clientcmdapi.NewConfig()
+	}
+	ctx := in.Contexts[in.CurrentContext]
+	if ctx == nil {
+		return "", fmt.Errorf("kubeconfig has no current context")
+	}
+	cur.Clusters[name] = in.Clusters[ctx.Cluster]
+	cur.AuthInfos[name] = in.AuthInfos[ctx.AuthInfo]
+	ctxCopy := *ctx
+	ctxCopy.Cluster, ctxCopy.AuthInfo = name, name
+	cur.Contexts[name] = &ctxCopy
+	cur.CurrentContext = name
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return "", err
+	}
+	if err := clientcmd.WriteToFile(*cur, path); err != nil {
+		return "", fmt.Errorf("writing %s: %w", path, err)
+	}
+	return path, nil
+}
+
+func explainCluster(err error, name string) error {
+	if apierrors.IsNotFound(err) {
+		return fmt.Errorf("cluster %q not found: list clusters with `fke cluster list`", name)
+	}
+	if apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("cluster %q already exists: see `fke cluster get %s`", name, name)
+	}
+	return explain(err, "cluster "+name)
+}
+
+func printObject(out io.Writer, format string, obj any) error {
+	switch format {
+	case "json":
+		enc := json.NewEncoder(out)
+		enc.SetIndent("", "  ")
+		return enc.Encode(obj)
+	case "yaml":
+		data, err := yaml.Marshal(obj)
+		if err != nil {
+			return err
+		}
+		_, err = out.Write(data)
+		return err
+	default:
+		return fmt.Errorf("unknown output format %q: use yaml or json", format)
+	}
+}
+
+func exactArgs(n int, names string) cobra.PositionalArgs {
+	return func(cmd *cobra.Command, args []string) error {
+		if len(args) != n {
+			return fmt.Errorf("%s needs %s (got %d arguments): %s", cmd.CommandPath(), names, len(args), cmd.UseLine())
+		}
+		return nil
+	}
+}
+
+func conditionStatus(conds []metav1.Condition, t string) string {
+	if c := meta.FindStatusCondition(conds, t); c != nil {
+		return string(c.Status)
+	}
+	return "-"
+}
+
+func orDash(s string) string {
+	if strings.TrimSpace(s) == "" {
+		return "-"
+	}
+	return s
+}
+
+func age(t metav1.Time) string {
+	if t.IsZero() {
+		return "-"
+	}
+	return duration.HumanDuration(time.Since(t.Time))
+}

@@ -1,0 +1,148 @@
+package cli
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"fke.dev/fke/internal/binaries"
+	"fke.dev/fke/internal/localplane"
+	"fke.dev/fke/internal/manager"
+)
+
+func newUpCmd(g *globals) *cobra.Command {
+	var timeout time.Duration
+	cmd := &cobra.Command{
+		Use:   "up",
+		Short: "Start the local management plane in the background",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			// Fail early, with the fix, when the upstream binaries are missing.
+			if _, err := g.finder().Paths(binaries.Etcd, binaries.KubeAPIServer, binaries.KubeControllerManager, binaries.KubeScheduler); err != nil {
+				return err
+			}
+			self, err := os.Executable()
+			if err != nil {
+				return err
+			}
+			var env []string
+			if g.binDir != "" {
+				env = append(env, binaries.EnvDir+"="+g.binDir)
+			}
+			fmt.Fprintf(g.out, "Starting the fke management plane in %s\n", g.dataDir)
+			st, started, err := localplane.Up(cmd.Context(), localplane.UpOptions{
+				DataDir: g.dataDir, Self: self, Env: env, Timeout: timeout, Progress: g.out,
+			})
+			if err != nil {
+				return err
+			}
+			if !started {
+				fmt.Fprintf(g.out, "fke is already running (pid %d, API %s)\n", st.PID, st.Endpoint)
+			} else {
+				fmt.Fprintf(g.out, "fke is ready (pid %d, API %s)\n", st.PID, st.Endpoint)
+			}
+			fmt.Fprintf(g.out, `
+Next:
+  fke cluster create demo --wait
+  fke kubeconfig demo > demo.kubeconfig
+  kubectl --kubeconfig %s get clusters
+`, st.Kubeconfig)
+			return nil
+		},
+	}
+	cmd.Flags().DurationVar(&timeout, "timeout", 3*time.Minute, "how long to wait for the management plane")
+	return cmd
+}
+
+func newDownCmd(g *globals) *cobra.Command {
+	var purge bool
+	cmd := &cobra.Command{
+		Use:   "down",
+		Short: "Stop the local management plane and every cluster it runs",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			err := localplane.Down(cmd.Context(), g.dataDir, purge)
+			switch {
+			case errors.Is(err, localplane.ErrNotRunning):
+				fmt.Fprintf(g.out, "fke is not running in %s\n", g.dataDir)
+				return nil
+			case err != nil:
+				return err
+			}
+			fmt.Fprintln(g.out, "fke stopped")
+			if purge {
+				fmt.Fprintf(g.out, "removed %s\n", g.dataDir)
+			}
+			return nil
+		},
+	}
+	cmd.Flags().BoolVar(&purge, "purge", false, "also delete the data directory (every cluster's data and certificates)")
+	return cmd
+}
+
+func newStatusCmd(g *globals) *cobra.Command {
+	return &cobra.Command{
+		Use:   "status",
+		Short: "Show the local management plane",
+		Args:  cobra.NoArgs,
+		RunE: func(_ *cobra.Command, _ []string) error {
+			st, err := localplane.ReadState(g.dataDir)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(g.out, "fke %s (pid %d) in %s\nAPI:        %s\nKubeconfig: %s\n\n", st.Phase, st.PID, g.dataDir, st.Endpoint, st.Kubeconfig)
+			tw := tabwriter.NewWriter(g.out, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "COMPONENT\tPID\tREADY\tRESTARTS")
+			for _, c := range st.Components {
+				fmt.Fprintf(tw, "%s\t%d\t%t\t%s\n", c.Name, c.PID, c.Ready, strconv.Itoa(c.Restarts))
+			}
+			return tw.Flush()
+		},
+	}
+}
+
+// newDaemonCmd is the background process `fke up` starts.
+func newDaemonCmd(g *globals) *cobra.Command {
+	return &cobra.Command{
+		Use:    "daemon",
+		Short:  "Run the management plane in the foreground (what `fke up` starts)",
+		Hidden: true,
+		Args:   cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			self, err := os.Executable()
+			if err != nil {
+				return err
+			}
+			return localplane.Daemon(cmd.Context(), localplane.DaemonOptions{
+				DataDir: g.dataDir, Binaries: g.finder(), Self: self, Logger: newLogger(g.errOut),
+			})
+		},
+	}
+}
+
+// newManagerCmd runs fke-manager (the daemon starts it).
+func newManagerCmd(g *globals) *cobra.Command {
+	var kubeconfig, healthAddr, metricsAddr string
+	cmd := &cobra.Command{
+		Use:    "manager",
+		Short:  "Run fke-manager (the controllers) against a management API",
+		Hidden: true,
+		Args:   cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return manager.Run(cmd.Context(), manager.Options{
+				Kubeconfig: kubeconfig, DataDir: g.dataDir, Binaries: g.finder(),
+				HealthAddr: healthAddr, MetricsAddr: metricsAddr, Logger: newLogger(g.errOut),
+			})
+		},
+	}
+	cmd.Flags().StringVar(&kubeconfig, "kubeconfig", "", "kubeconfig of the management API")
+	cmd.Flags().StringVar(&healthAddr, "health-addr", "127.0.0.1:0", "address of /healthz and /readyz")
+	cmd.Flags().StringVar(&metricsAddr, "metrics-addr", "0", "address of /metrics (0 disables)")
+	_ = cmd.MarkFlagRequired("kubeconfig")
+	return cmd
+}

@@ -1,0 +1,187 @@
+// Package cluster reconciles Cluster objects: it keeps each tenant control
+// plane's PKI and kubeconfig in Secrets and runs the control plane through a
+// controlplane.Runtime.
+package cluster
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/events"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+
+	fkev1 "fke.dev/fke/api/v1alpha1"
+	"fke.dev/fke/internal/controlplane"
+)
+
+// SupportedVersion is the Kubernetes version of the upstream binaries fke runs.
+const SupportedVersion = "v1.37.2"
+
+// Requeue intervals: fast while a control plane comes up, slow once it is ready
+// (to notice crashes and restarts).
+const (
+	requeueStarting = 200 * time.Millisecond
+	requeueReady    = 10 * time.Second
+)
+
+// Reconciler reconciles Cluster objects.
+type Reconciler struct {
+	Client   client.Client
+	Runtime  controlplane.Runtime
+	Recorder events.EventRecorder
+	// Versioner reads the version a ready API server reports; nil skips it.
+	Versioner func(ctx context.Context, endpoint string, kubeconfig []byte) (string, error)
+
+	portsMu sync.Mutex // serialises port allocation across clusters
+}
+
+// SetupWithManager registers the controller.
+func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
+	return ctrl.NewControllerManagedBy(mgr).
+		For(&fkev1.Cluster{}).
+		Named("cluster").
+		WithOptions(controller.Options{MaxConcurrentReconciles: 4}).
+		Complete(r)
+}
+
+// Reconcile brings one Cluster's control plane to its spec.
+func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.Result, err error) {
+	log := logr.FromContextOrDiscard(ctx)
+	cl := &fkev1.Cluster{}
+	if err := r.Client.Get(ctx, req.NamespacedName, cl); err != nil {
+		if apierrors.IsNotFound(err) {
+			// Gone without our finalizer (or already cleaned up): make sure nothing runs.
+			return ctrl.Result{}, r.Runtime.Stop(ctx, req.String())
+		}
+		return ctrl.Result{}, fmt.Errorf("getting cluster: %w", err)
+	}
+
+	if !cl.DeletionTimestamp.IsZero() {
+		return ctrl.Result{}, r.finalize(ctx, cl)
+	}
+	if controllerutil.AddFinalizer(cl, fkev1.ClusterFinalizer) {
+		if err := r.Client.Update(ctx, cl); err != nil {
+			return ctrl.Result{}, fmt.Errorf("adding finalizer: %w", err)
+		}
+	}
+
+	before := cl.DeepCopy()
+	defer func() {
+		if perr := r.patchStatus(ctx, before, cl); perr != nil && err == nil {
+			err = perr
+		}
+	}()
+
+	if reason, msg, ok := validate(cl); !ok {
+		setNotReady(cl, reason, msg)
+		r.Recorder.Eventf(cl, nil, corev1.EventTypeWarning, reason, "Validate", msg)
+		return ctrl.Result{}, nil
+	}
+
+	if err := r.ensurePorts(ctx, cl); err != nil {
+		setUnknown(cl, err)
+		return ctrl.Result{}, err
+	}
+	bundle, err := r.ensurePKI(ctx, cl)
+	if err != nil {
+		setUnknown(cl, err)
+		return ctrl.Result{}, err
+	}
+	spec := controlplane.Spec{
+		Key:         req.String(),
+		Version:     cl.Spec.Version,
+		Ports:       portsFromStatus(cl.Status.Ports),
+		PodCIDR:     cl.Spec.Network.PodCIDR,
+		ServiceCIDR: cl.Spec.Network.ServiceCIDR,
+		PKI:         bundle,
+	}
+	wasReady := meta.IsStatusConditionTrue(cl.Status.Conditions, fkev1.ConditionControlPlaneReady)
+	st, err := r.Runtime.Ensure(ctx, spec)
+	if err != nil {
+		setUnknown(cl, err)
+		r.Recorder.Eventf(cl, nil, corev1.EventTypeWarning, "ControlPlaneFailed", "Start", "starting control plane: %v", err)
+		return ctrl.Result{}, fmt.Errorf("ensuring control plane: %w", err)
+	}
+	kubeconfig, err := r.ensureKubeconfig(ctx, cl, bundle, st.Endpoint)
+	if err != nil {
+		setUnknown(cl, err)
+		return ctrl.Result{}, err
+	}
+	cl.Status.Endpoint = st.Endpoint
+	cl.Status.KubeconfigSecret = kubeconfigSecretName(cl.Name)
+	computeStatus(cl, st)
+
+	if !st.Ready() {
+		if wasReady {
+			r.Recorder.Eventf(cl, nil, corev1.EventTypeWarning, "ControlPlaneNotReady", "Monitor", "components not ready: %v", st.NotReady())
+		}
+		return ctrl.Result{RequeueAfter: requeueStarting}, nil
+	}
+	if !wasReady {
+		log.Info("control plane ready", "cluster", req.String(), "endpoint", st.Endpoint)
+		r.Recorder.Eventf(cl, nil, corev1.EventTypeNormal, "ControlPlaneReady", "Start", "control plane ready at %s", st.Endpoint)
+	}
+	if r.Versioner != nil && (cl.Status.Version == "" || !wasReady) {
+		v, err := r.Versioner(ctx, st.Endpoint, kubeconfig)
+		if err != nil {
+			log.Info("reading API server version failed", "cluster", req.String(), "error", err.Error())
+			return ctrl.Result{RequeueAfter: requeueStarting}, nil
+		}
+		cl.Status.Version = v
+	}
+	return ctrl.Result{RequeueAfter: requeueReady}, nil
+}
+
+// finalize stops the control plane, removes its data and Secrets, then the finalizer.
+func (r *Reconciler) finalize(ctx context.Context, cl *fkev1.Cluster) error {
+	if !controllerutil.ContainsFinalizer(cl, fkev1.ClusterFinalizer) {
+		return nil
+	}
+	key := client.ObjectKeyFromObject(cl).String()
+	if cl.Status.Phase != "Deleting" {
+		cl.Status.Phase = "Deleting"
+		meta.SetStatusCondition(&cl.Status.Conditions, metav1.Condition{
+			Type: fkev1.ConditionReady, Status: metav1.ConditionFalse, Reason: fkev1.ReasonDeleting,
+			Message: "control plane is being deleted", ObservedGeneration: cl.Generation,
+		})
+		if err := r.Client.Status().Update(ctx, cl); err != nil && !apierrors.IsNotFound(err) {
+			return fmt.Errorf("marking cluster deleting: %w", err)
+		}
+	}
+	if err := r.Runtime.Delete(ctx, key); err != nil {
+		r.Recorder.Eventf(cl, nil, corev1.EventTypeWarning, "DeleteFailed", "Delete", "deleting control plane: %v", err)
+		return fmt.Errorf("deleting control plane %s: %w", key, err)
+	}
+	for _, name := range []string{pkiSecretName(cl.Name), kubeconfigSecretName(cl.Name)} {
+		s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: cl.Namespace, Name: name}}
+		if err := r.Client.Delete(ctx, s); err != nil && !apierrors.IsNotFound(err) {
+			return fmt.Errorf("deleting secret %s: %w", name, err)
+		}
+	}
+	controllerutil.RemoveFinalizer(cl, fkev1.ClusterFinalizer)
+	if err := r.Client.Update(ctx, cl); err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("removing finalizer: %w", err)
+	}
+	return nil
+}
+
+func (r *Reconciler) patchStatus(ctx context.Context, before, after *fkev1.Cluster) error {
+	after.Status.ObservedGeneration = after.Generation
+	if equalStatus(before.Status, after.Status) {
+		return nil
+	}
+	if err := r.Client.Status().Patch(ctx, after, client.MergeFrom(before)); err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("patching cluster status: %w", err)
+	}
+	return nil
+}

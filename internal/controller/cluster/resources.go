@@ -1,0 +1,169 @@
+package cluster
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"maps"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	fkev1 "fke.dev/fke/api/v1alpha1"
+	"fke.dev/fke/internal/controlplane"
+	"fke.dev/fke/internal/pki"
+	"fke.dev/fke/internal/supervisor"
+)
+
+// KubeconfigKey is the key of the admin kubeconfig in the kubeconfig Secret
+// (the Cluster API convention).
+const KubeconfigKey = "value"
+
+func pkiSecretName(cluster string) string        { return cluster + "-pki" }
+func kubeconfigSecretName(cluster string) string { return cluster + "-kubeconfig" }
+
+// KubeconfigSecretName names the Secret that holds a cluster's admin kubeconfig.
+func KubeconfigSecretName(cluster string) string { return kubeconfigSecretName(cluster) }
+
+// PKISecretName names the Secret that holds a cluster's certificates and keys.
+func PKISecretName(cluster string) string { return pkiSecretName(cluster) }
+
+func portsFromStatus(p fkev1.ClusterPorts) controlplane.Ports {
+	return controlplane.Ports{
+		APIServer: int(p.APIServer), EtcdClient: int(p.EtcdClient), EtcdPeer: int(p.EtcdPeer),
+		ControllerManager: int(p.ControllerManager), Scheduler: int(p.Scheduler),
+	}
+}
+
+// ensurePorts allocates the cluster's loopback ports once and persists them in
+// status right away, so a restarted manager reuses them (same endpoint).
+func (r *Reconciler) ensurePorts(ctx context.Context, cl *fkev1.Cluster) error {
+	if cl.Status.Ports.APIServer != 0 {
+		return nil
+	}
+	r.portsMu.Lock()
+	defer r.portsMu.Unlock()
+	var all fkev1.ClusterList
+	if err := r.Client.List(ctx, &all); err != nil {
+		return fmt.Errorf("listing clusters: %w", err)
+	}
+	taken := map[int32]bool{}
+	for _, c := range all.Items {
+		p := c.Status.Ports
+		for _, port := range []int32{p.APIServer, p.EtcdClient, p.EtcdPeer, p.ControllerManager, p.Scheduler} {
+			taken[port] = true
+		}
+	}
+	var ports []int32
+	for attempt := 0; len(ports) < 5 && attempt < 20; attempt++ {
+		free, err := supervisor.FreePorts(5)
+		if err != nil {
+			return fmt.Errorf("finding free ports: %w", err)
+		}
+		for _, p := range free {
+			if !taken[int32(p)] && len(ports) < 5 {
+				taken[int32(p)] = true
+				ports = append(ports, int32(p))
+			}
+		}
+	}
+	if len(ports) < 5 {
+		return fmt.Errorf("could not find 5 free loopback ports")
+	}
+	before := cl.DeepCopy()
+	cl.Status.Ports = fkev1.ClusterPorts{
+		APIServer: ports[0], EtcdClient: ports[1], EtcdPeer: ports[2], ControllerManager: ports[3], Scheduler: ports[4],
+	}
+	if err := r.Client.Status().Patch(ctx, cl, client.MergeFrom(before)); err != nil {
+		return fmt.Errorf("recording ports: %w", err)
+	}
+	return nil
+}
+
+// ensurePKI loads the cluster's PKI Secret, completes it, and writes it back
+// when anything was added or renewed. The CAs never change once created.
+func (r *Reconciler) ensurePKI(ctx context.Context, cl *fkev1.Cluster) (pki.Bundle, error) {
+	ips, err := controlplane.APIServerIPs(cl.Spec.Network.ServiceCIDR)
+	if err != nil {
+		return nil, fmt.Errorf("service CIDR %q: %w", cl.Spec.Network.ServiceCIDR, err)
+	}
+	secret := &corev1.Secret{}
+	key := client.ObjectKey{Namespace: cl.Namespace, Name: pkiSecretName(cl.Name)}
+	exists := true
+	if err := r.Client.Get(ctx, key, secret); err != nil {
+		if !apierrors.IsNotFound(err) {
+			return nil, fmt.Errorf("getting PKI secret: %w", err)
+		}
+		exists = false
+	}
+	bundle, changed, err := pki.EnsureBundle(pki.Bundle(secret.Data), pki.ControlPlaneSpec{
+		ClusterName:  cl.Name,
+		APIServerIPs: ips,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("ensuring PKI: %w", err)
+	}
+	if !changed && exists {
+		return bundle, nil
+	}
+	desired := ownedSecret(cl, pkiSecretName(cl.Name), bundle)
+	if err := r.writeSecret(ctx, exists, secret, desired); err != nil {
+		return nil, fmt.Errorf("writing PKI secret: %w", err)
+	}
+	if !exists {
+		r.Recorder.Eventf(cl, nil, corev1.EventTypeNormal, "PKICreated", "Provision", "created cluster CA and certificates in Secret %s", desired.Name)
+	}
+	return bundle, nil
+}
+
+// ensureKubeconfig writes the admin kubeconfig Secret and returns the kubeconfig.
+func (r *Reconciler) ensureKubeconfig(ctx context.Context, cl *fkev1.Cluster, b pki.Bundle, endpoint string) ([]byte, error) {
+	kc, err := pki.Kubeconfig(cl.Name, endpoint, b[pki.CACertFile], b[pki.AdminCertFile], b[pki.AdminKeyFile], pki.AdminUser)
+	if err != nil {
+		return nil, fmt.Errorf("rendering kubeconfig: %w", err)
+	}
+	secret := &corev1.Secret{}
+	key := client.ObjectKey{Namespace: cl.Namespace, Name: kubeconfigSecretName(cl.Name)}
+	exists := true
+	if err := r.Client.Get(ctx, key, secret); err != nil {
+		if !apierrors.IsNotFound(err) {
+			return nil, fmt.Errorf("getting kubeconfig secret: %w", err)
+		}
+		exists = false
+	}
+	if exists && bytes.Equal(secret.Data[KubeconfigKey], kc) {
+		return kc, nil
+	}
+	desired := ownedSecret(cl, kubeconfigSecretName(cl.Name), map[string][]byte{KubeconfigKey: kc})
+	if err := r.writeSecret(ctx, exists, secret, desired); err != nil {
+		return nil, fmt.Errorf("writing kubeconfig secret: %w", err)
+	}
+	return kc, nil
+}
+
+func (r *Reconciler) writeSecret(ctx context.Context, exists bool, current, desired *corev1.Secret) error {
+	if !exists {
+		return r.Client.Create(ctx, desired)
+	}
+	current.Data = desired.Data
+	if current.Labels == nil {
+		current.Labels = map[string]string{}
+	}
+	maps.Copy(current.Labels, desired.Labels)
+	return r.Client.Update(ctx, current)
+}
+
+func ownedSecret(cl *fkev1.Cluster, name string, data map[string][]byte) *corev1.Secret {
+	return &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{
+			Namespace: cl.Namespace,
+			Name:      name,
+			Labels:    map[string]string{fkev1.LabelCluster: cl.Name},
+			OwnerReferences: []metav1.OwnerReference{*metav1.NewControllerRef(cl, fkev1.GroupVersion.WithKind("Cluster"))},
+		},
+		Type: corev1.SecretTypeOpaque,
+		Data: data,
+	}
+}

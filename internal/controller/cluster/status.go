@@ -1,0 +1,85 @@
+package cluster
+
+import (
+	"fmt"
+	"reflect"
+	"strings"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	fkev1 "fke.dev/fke/api/v1alpha1"
+	"fke.dev/fke/internal/controlplane"
+)
+
+// Cluster phases.
+const (
+	PhaseProvisioning = "Provisioning"
+	PhaseReady        = "Ready"
+	PhaseFailed       = "Failed"
+)
+
+// validate checks what the CRD schema cannot: that this fke can run the spec.
+func validate(cl *fkev1.Cluster) (reason, message string, ok bool) {
+	if cl.Spec.Runtime != "" && cl.Spec.Runtime != fkev1.RuntimeLocal {
+		return "UnsupportedRuntime", fmt.Sprintf("runtime %q is not available yet; use runtime local", cl.Spec.Runtime), false
+	}
+	if cl.Spec.Version != SupportedVersion {
+		return "UnsupportedVersion", fmt.Sprintf("Kubernetes %s is not available: this fke runs %s; set spec.version to %s", cl.Spec.Version, SupportedVersion, SupportedVersion), false
+	}
+	return "", "", true
+}
+
+// computeStatus sets phase and conditions from the runtime's view.
+func computeStatus(cl *fkev1.Cluster, st controlplane.Status) {
+	gen := cl.Generation
+	if st.Ready() {
+		cl.Status.Phase = PhaseReady
+		meta.SetStatusCondition(&cl.Status.Conditions, metav1.Condition{
+			Type: fkev1.ConditionControlPlaneReady, Status: metav1.ConditionTrue, Reason: fkev1.ReasonReady,
+			Message: "etcd, kube-apiserver, kube-controller-manager and kube-scheduler are ready", ObservedGeneration: gen,
+		})
+		meta.SetStatusCondition(&cl.Status.Conditions, metav1.Condition{
+			Type: fkev1.ConditionReady, Status: metav1.ConditionTrue, Reason: fkev1.ReasonReady,
+			Message: "cluster is ready", ObservedGeneration: gen,
+		})
+		return
+	}
+	msg := "waiting for " + strings.Join(st.NotReady(), ", ")
+	if cl.Status.Phase != PhaseReady {
+		cl.Status.Phase = PhaseProvisioning
+	}
+	reason := fkev1.ReasonStarting
+	if meta.IsStatusConditionTrue(cl.Status.Conditions, fkev1.ConditionControlPlaneReady) || cl.Status.Phase == PhaseReady {
+		reason = fkev1.ReasonComponentsNotReady
+		cl.Status.Phase = PhaseProvisioning
+	}
+	meta.SetStatusCondition(&cl.Status.Conditions, metav1.Condition{
+		Type: fkev1.ConditionControlPlaneReady, Status: metav1.ConditionFalse, Reason: reason, Message: msg, ObservedGeneration: gen,
+	})
+	meta.SetStatusCondition(&cl.Status.Conditions, metav1.Condition{
+		Type: fkev1.ConditionReady, Status: metav1.ConditionFalse, Reason: reason, Message: msg, ObservedGeneration: gen,
+	})
+}
+
+// setNotReady records a spec the controller cannot run.
+func setNotReady(cl *fkev1.Cluster, reason, msg string) {
+	cl.Status.Phase = PhaseFailed
+	for _, t := range []string{fkev1.ConditionControlPlaneReady, fkev1.ConditionReady} {
+		meta.SetStatusCondition(&cl.Status.Conditions, metav1.Condition{
+			Type: t, Status: metav1.ConditionFalse, Reason: reason, Message: msg, ObservedGeneration: cl.Generation,
+		})
+	}
+}
+
+// setUnknown records an internal error: the state is not known.
+func setUnknown(cl *fkev1.Cluster, err error) {
+	meta.SetStatusCondition(&cl.Status.Conditions, metav1.Condition{
+		Type: fkev1.ConditionReady, Status: metav1.ConditionUnknown, Reason: fkev1.ReasonInternalError,
+		Message: err.Error(), ObservedGeneration: cl.Generation,
+	})
+}
+
+func equalStatus(a, b fkev1.ClusterStatus) bool {
+	return reflect.DeepEqual(a, b)
+}

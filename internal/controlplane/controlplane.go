@@ -1,0 +1,113 @@
+// Package controlplane defines how a tenant cluster's control plane is run.
+// Implementations: local/ (supervised processes on this machine).
+package controlplane
+
+import (
+	"context"
+	"net"
+
+	"fke.dev/fke/internal/pki"
+)
+
+// Ports are the loopback ports a control plane listens on.
+type Ports struct {
+	APIServer, EtcdClient, EtcdPeer, ControllerManager, Scheduler int
+}
+
+// Spec is everything a Runtime needs to run one control plane.
+type Spec struct {
+	// Key identifies the control plane ("namespace/name" of its Cluster).
+	Key string
+	// Version is the Kubernetes version, e.g. v1.37.2.
+	Version string
+	// Ports must be free or already used by this control plane.
+	Ports Ports
+	// PodCIDR and ServiceCIDR are the cluster's address ranges.
+	PodCIDR, ServiceCIDR string
+	// PKI holds every certificate and key (see pki.EnsureBundle).
+	PKI pki.Bundle
+}
+
+// Component names, in start order.
+const (
+	Etcd              = "etcd"
+	APIServer         = "kube-apiserver"
+	ControllerManager = "kube-controller-manager"
+	Scheduler         = "kube-scheduler"
+)
+
+// Components lists the components of a control plane in start order.
+var Components = []string{Etcd, APIServer, ControllerManager, Scheduler}
+
+// ComponentStatus is the observed state of one component.
+type ComponentStatus struct {
+	Name     string
+	Running  bool
+	Ready    bool
+	Restarts int
+	// PID is the process id of a local component (0 when not running).
+	PID int
+}
+
+// Status is the observed state of a control plane.
+type Status struct {
+	// Endpoint is the kube-apiserver URL.
+	Endpoint   string
+	Components []ComponentStatus
+}
+
+// Ready reports whether every component is ready.
+func (s Status) Ready() bool {
+	if len(s.Components) != len(Components) {
+		return false
+	}
+	for _, c := range s.Components {
+		if !c.Ready {
+			return false
+		}
+	}
+	return true
+}
+
+// NotReady lists the components that are not ready.
+func (s Status) NotReady() []string {
+	ready := map[string]bool{}
+	for _, c := range s.Components {
+		ready[c.Name] = c.Ready
+	}
+	var out []string
+	for _, n := range Components {
+		if !ready[n] {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+// Runtime runs control planes.
+type Runtime interface {
+	// Ensure starts every component of spec.Key that is not running and
+	// returns without waiting for readiness; call Status to observe it.
+	// Idempotent: running components are left alone. Data written by an
+	// earlier Ensure for the same key (etcd data) is reused.
+	Ensure(ctx context.Context, spec Spec) (Status, error)
+	// Status reports the components of key; the zero Status when none runs.
+	Status(key string) Status
+	// Stop stops the components of key and keeps their data. Idempotent.
+	Stop(ctx context.Context, key string) error
+	// Delete stops the components of key and removes their data. Idempotent.
+	Delete(ctx context.Context, key string) error
+}
+
+// APIServerIPs returns the addresses the API server's certificate must cover
+// for a service CIDR: loopback and the first service IP (the kubernetes Service).
+func APIServerIPs(serviceCIDR string) ([]net.IP, error) {
+	_, ipnet, err := net.ParseCIDR(serviceCIDR)
+	if err != nil {
+		return nil, err
+	}
+	first := make(net.IP, len(ipnet.IP.To4()))
+	copy(first, ipnet.IP.To4())
+	first[len(first)-1]++
+	return []net.IP{net.IPv4(127, 0, 0, 1), first}, nil
+}

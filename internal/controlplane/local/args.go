@@ -1,0 +1,153 @@
+package local
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+
+	"fke.dev/fke/internal/controlplane"
+	"fke.dev/fke/internal/pki"
+)
+
+// layout names the files of one control plane under its data directory.
+type layout struct{ root string }
+
+func newLayout(root string) layout { return layout{root: root} }
+
+func (l layout) pki(file string) string      { return filepath.Join(l.root, "pki", file) }
+func (l layout) etcdData() string           { return filepath.Join(l.root, "etcd") }
+func (l layout) log(component string) string { return filepath.Join(l.root, "logs", component+".log") }
+func (l layout) kubeconfig(user string) string {
+	return filepath.Join(l.root, user+".kubeconfig")
+}
+
+// write puts the PKI and the component kubeconfigs on disk (0600), replacing
+// what changed, so the processes can read them.
+func (l layout) write(spec controlplane.Spec) error {
+	if err := os.MkdirAll(filepath.Join(l.root, "pki"), 0o700); err != nil {
+		return err
+	}
+	if err := os.MkdirAll(filepath.Join(l.root, "logs"), 0o700); err != nil {
+		return err
+	}
+	for name, data := range spec.PKI {
+		if err := writeIfChanged(l.pki(name), data); err != nil {
+			return err
+		}
+	}
+	server := endpoint(spec)
+	for _, user := range []string{pki.ControllerManager, pki.Scheduler} {
+		kc, err := pki.Kubeconfig(spec.Key, server, spec.PKI[pki.CACertFile], spec.PKI[pki.CertFile(user)], spec.PKI[pki.KeyFile(user)], user)
+		if err != nil {
+			return fmt.Errorf("kubeconfig for %s: %w", user, err)
+		}
+		if err := writeIfChanged(l.kubeconfig(user), kc); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func writeIfChanged(path string, data []byte) error {
+	if old, err := os.ReadFile(path); err == nil && string(old) == string(data) {
+		return nil
+	}
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, data, 0o600); err != nil {
+		return err
+	}
+	return os.Rename(tmp, path)
+}
+
+func etcdArgs(l layout, s controlplane.Spec) []string {
+	client := "https://127.0.0.1:" + strconv.Itoa(s.Ports.EtcdClient)
+	peer := "http://127.0.0.1:" + strconv.Itoa(s.Ports.EtcdPeer)
+	return []string{
+		"--name=default",
+		"--data-dir=" + l.etcdData(),
+		"--listen-client-urls=" + client,
+		"--advertise-client-urls=" + client,
+		"--listen-peer-urls=" + peer,
+		"--initial-advertise-peer-urls=" + peer,
+		"--initial-cluster=default=" + peer,
+		"--initial-cluster-state=new",
+		"--cert-file=" + l.pki(pki.EtcdServerCertFile),
+		"--key-file=" + l.pki(pki.EtcdServerKeyFile),
+		"--trusted-ca-file=" + l.pki(pki.EtcdCACertFile),
+		"--client-cert-auth=true",
+		"--snapshot-count=10000",
+		"--quota-backend-bytes=2147483648",
+		"--log-level=warn",
+	}
+}
+
+func apiServerArgs(l layout, s controlplane.Spec) []string {
+	return []string{
+		"--bind-address=127.0.0.1",
+		"--advertise-address=127.0.0.1",
+		"--secure-port=" + strconv.Itoa(s.Ports.APIServer),
+		"--etcd-servers=https://127.0.0.1:" + strconv.Itoa(s.Ports.EtcdClient),
+		"--etcd-cafile=" + l.pki(pki.EtcdCACertFile),
+		"--etcd-certfile=" + l.pki(pki.APIServerEtcdClientCertFile),
+		"--etcd-keyfile=" + l.pki(pki.APIServerEtcdClientKeyFile),
+		"--tls-cert-file=" + l.pki(pki.APIServerCertFile),
+		"--tls-private-key-file=" + l.pki(pki.APIServerKeyFile),
+		"--client-ca-file=" + l.pki(pki.CACertFile),
+		"--kubelet-client-certificate=" + l.pki(pki.APIServerKubeletClientCertFile),
+		"--kubelet-client-key=" + l.pki(pki.APIServerKubeletClientKeyFile),
+		"--kubelet-preferred-address-types=InternalIP,Hostname",
+		"--service-account-key-file=" + l.pki(pki.SAPubFile),
+		"--service-account-signing-key-file=" + l.pki(pki.SAKeyFile),
+		"--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+		"--service-cluster-ip-range=" + s.ServiceCIDR,
+		"--authorization-mode=Node,RBAC",
+		"--enable-admission-plugins=NodeRestriction,ExtendedResourceToleration",
+		"--enable-bootstrap-token-auth=true",
+		"--allow-privileged=true",
+		"--requestheader-client-ca-file=" + l.pki(pki.FrontProxyCACertFile),
+		"--requestheader-allowed-names=front-proxy-client",
+		"--requestheader-extra-headers-prefix=X-Remote-Extra-",
+		"--requestheader-group-headers=X-Remote-Group",
+		"--requestheader-username-headers=X-Remote-User",
+		"--proxy-client-cert-file=" + l.pki(pki.FrontProxyClientCertFile),
+		"--proxy-client-key-file=" + l.pki(pki.FrontProxyClientKeyFile),
+		"--profiling=false",
+		"--v=1",
+	}
+}
+
+func componentCommon(l layout, port int, user string) []string {
+	kc := l.kubeconfig(user)
+	return []string{
+		"--kubeconfig=" + kc,
+		"--authentication-kubeconfig=" + kc,
+		"--authorization-kubeconfig=" + kc,
+		"--bind-address=127.0.0.1",
+		"--secure-port=" + strconv.Itoa(port),
+		"--leader-elect=false",
+		"--profiling=false",
+		"--v=1",
+	}
+}
+
+func controllerManagerArgs(l layout, s controlplane.Spec) []string {
+	return append(componentCommon(l, s.Ports.ControllerManager, pki.ControllerManager),
+		"--client-ca-file="+l.pki(pki.CACertFile),
+		"--requestheader-client-ca-file="+l.pki(pki.FrontProxyCACertFile),
+		"--root-ca-file="+l.pki(pki.CACertFile),
+		"--cluster-signing-cert-file="+l.pki(pki.CACertFile),
+		"--cluster-signing-key-file="+l.pki(pki.CAKeyFile),
+		"--service-account-private-key-file="+l.pki(pki.SAKeyFile),
+		"--use-service-account-credentials=true",
+		"--controllers=*,bootstrapsigner,tokencleaner",
+		"--allocate-node-cidrs=true",
+		"--cluster-cidr="+s.PodCIDR,
+		"--service-cluster-ip-range="+s.ServiceCIDR,
+		"--cluster-name="+filepath.Base(s.Key),
+	)
+}
+
+func schedulerArgs(l layout, s controlplane.Spec) []string {
+	return componentCommon(l, s.Ports.Scheduler, pki.Scheduler)
+}

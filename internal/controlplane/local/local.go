@@ -1,0 +1,227 @@
+// Package local runs tenant control planes as supervised processes on this
+// machine: etcd, kube-apiserver, kube-controller-manager and kube-scheduler per
+// cluster, each with its own PKI, ports and data directory.
+package local
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync"
+
+	"fke.dev/fke/internal/binaries"
+	"fke.dev/fke/internal/controlplane"
+	"fke.dev/fke/internal/pki"
+	"fke.dev/fke/internal/supervisor"
+)
+
+// Runtime runs control planes as child processes of the calling process.
+// Their data lives under <Dir>/<namespace>/<name>.
+type Runtime struct {
+	dir   string
+	bins  map[string]string
+	group *supervisor.Group
+	log   *slog.Logger
+
+	mu      sync.Mutex
+	running map[string]controlplane.Spec // by key
+}
+
+var _ controlplane.Runtime = (*Runtime)(nil)
+
+// New returns a Runtime keeping data under dir. It fails when an upstream
+// binary is missing.
+func New(dir string, finder binaries.Finder, log *slog.Logger) (*Runtime, error) {
+	bins, err := finder.Paths(binaries.Etcd, binaries.KubeAPIServer, binaries.KubeControllerManager, binaries.KubeScheduler)
+	if err != nil {
+		return nil, err
+	}
+	return &Runtime{
+		dir:     dir,
+		bins:    bins,
+		group:   supervisor.NewGroup(log),
+		log:     log,
+		running: map[string]controlplane.Spec{},
+	}, nil
+}
+
+// DataDir returns the directory holding the data of key.
+func (r *Runtime) DataDir(key string) string {
+	return filepath.Join(r.dir, filepath.FromSlash(key))
+}
+
+func processName(key, component string) string { return key + "/" + component }
+
+// Ensure implements controlplane.Runtime. All four components start at once:
+// each retries its connections, so starting them together is the fastest path
+// to a ready API server.
+func (r *Runtime) Ensure(ctx context.Context, spec controlplane.Spec) (controlplane.Status, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if old, ok := r.running[spec.Key]; ok && old.Ports != spec.Ports {
+		// The ports changed (should not happen): restart everything.
+		if err := r.stopLocked(ctx, spec.Key); err != nil {
+			return controlplane.Status{}, err
+		}
+	}
+	layout := newLayout(r.DataDir(spec.Key))
+	if err := layout.write(spec); err != nil {
+		return controlplane.Status{}, fmt.Errorf("writing control-plane files of %s: %w", spec.Key, err)
+	}
+	tlsCfg, err := clientTLS(spec.PKI, pki.EtcdCACertFile, pki.APIServerEtcdClient)
+	if err != nil {
+		return controlplane.Status{}, err
+	}
+	apiTLS, err := clientTLS(spec.PKI, pki.CACertFile, pki.Manager)
+	if err != nil {
+		return controlplane.Status{}, err
+	}
+	specs := []supervisor.Spec{
+		{
+			Name: processName(spec.Key, controlplane.Etcd), Path: r.bins[binaries.Etcd],
+			Args:    etcdArgs(layout, spec),
+			LogPath: layout.log(controlplane.Etcd),
+			Ready:   supervisor.WaitHTTPReady(fmt.Sprintf("https://127.0.0.1:%d/readyz", spec.Ports.EtcdClient), tlsCfg),
+		},
+		{
+			Name: processName(spec.Key, controlplane.APIServer), Path: r.bins[binaries.KubeAPIServer],
+			Args:    apiServerArgs(layout, spec),
+			LogPath: layout.log(controlplane.APIServer),
+			Ready:   supervisor.WaitHTTPReady(endpoint(spec)+"/readyz", apiTLS),
+		},
+		{
+			Name: processName(spec.Key, controlplane.ControllerManager), Path: r.bins[binaries.KubeControllerManager],
+			Args:    controllerManagerArgs(layout, spec),
+			LogPath: layout.log(controlplane.ControllerManager),
+			Ready:   supervisor.WaitHTTPReady("https://127.0.0.1:"+strconv.Itoa(spec.Ports.ControllerManager)+"/healthz", selfSignedTLS()),
+		},
+		{
+			Name: processName(spec.Key, controlplane.Scheduler), Path: r.bins[binaries.KubeScheduler],
+			Args:    schedulerArgs(layout, spec),
+			LogPath: layout.log(controlplane.Scheduler),
+			Ready:   supervisor.WaitHTTPReady("https://127.0.0.1:"+strconv.Itoa(spec.Ports.Scheduler)+"/healthz", selfSignedTLS()),
+		},
+	}
+	for _, s := range specs {
+		if p := r.group.Get(s.Name); p != nil && p.State() != supervisor.Stopped {
+			continue
+		}
+		if _, err := r.group.Start(ctx, s); err != nil {
+			return controlplane.Status{}, fmt.Errorf("starting %s: %w", s.Name, err)
+		}
+		r.log.Info("started control-plane component", "cluster", spec.Key, "component", filepath.Base(s.Name))
+	}
+	r.running[spec.Key] = spec
+	return r.statusLocked(spec.Key), nil
+}
+
+// Status implements controlplane.Runtime.
+func (r *Runtime) Status(key string) controlplane.Status {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.statusLocked(key)
+}
+
+func (r *Runtime) statusLocked(key string) controlplane.Status {
+	spec, ok := r.running[key]
+	if !ok {
+		return controlplane.Status{}
+	}
+	st := controlplane.Status{Endpoint: endpoint(spec)}
+	for _, c := range controlplane.Components {
+		cs := controlplane.ComponentStatus{Name: c}
+		if p := r.group.Get(processName(key, c)); p != nil {
+			state := p.State()
+			cs.PID = p.Pid()
+			cs.Running = cs.PID != 0
+			cs.Ready = state == supervisor.Ready
+			cs.Restarts = p.Restarts()
+		}
+		st.Components = append(st.Components, cs)
+	}
+	return st
+}
+
+// WaitReady blocks until every component of key is ready or ctx ends.
+func (r *Runtime) WaitReady(ctx context.Context, key string) error {
+	for _, c := range controlplane.Components {
+		p := r.group.Get(processName(key, c))
+		if p == nil {
+			return fmt.Errorf("control plane %s is not running", key)
+		}
+		if err := p.WaitReady(ctx); err != nil {
+			return fmt.Errorf("waiting for %s of %s: %w", c, key, err)
+		}
+	}
+	return nil
+}
+
+// Stop implements controlplane.Runtime.
+func (r *Runtime) Stop(ctx context.Context, key string) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.stopLocked(ctx, key)
+}
+
+func (r *Runtime) stopLocked(ctx context.Context, key string) error {
+	var errs []error
+	// Reverse order: clients before the API server, the API server before etcd.
+	for i := len(controlplane.Components) - 1; i >= 0; i-- {
+		name := processName(key, controlplane.Components[i])
+		if r.group.Get(name) == nil {
+			continue
+		}
+		if err := r.group.Stop(ctx, name); err != nil {
+			errs = append(errs, fmt.Errorf("stopping %s: %w", name, err))
+		}
+	}
+	delete(r.running, key)
+	return errors.Join(errs...)
+}
+
+// Delete implements controlplane.Runtime.
+func (r *Runtime) Delete(ctx context.Context, key string) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if err := r.stopLocked(ctx, key); err != nil {
+		return err
+	}
+	if err := os.RemoveAll(r.DataDir(key)); err != nil {
+		return fmt.Errorf("removing data of %s: %w", key, err)
+	}
+	return nil
+}
+
+// StopAll stops every control plane, keeping data (process shutdown).
+func (r *Runtime) StopAll(ctx context.Context) error {
+	return r.group.StopAll(ctx)
+}
+
+func endpoint(spec controlplane.Spec) string {
+	return "https://127.0.0.1:" + strconv.Itoa(spec.Ports.APIServer)
+}
+
+// clientTLS builds a client TLS config trusting caFile and presenting the pair base.
+func clientTLS(b pki.Bundle, caFile, base string) (*tls.Config, error) {
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(b[caFile]) {
+		return nil, fmt.Errorf("bundle has no usable %s", caFile)
+	}
+	kp, err := b.KeyPair(base)
+	if err != nil {
+		return nil, err
+	}
+	return &tls.Config{RootCAs: pool, Certificates: []tls.Certificate{kp.TLSCertificate()}, MinVersion: tls.VersionTLS12}, nil
+}
+
+// selfSignedTLS is for the health endpoints of kube-controller-manager and
+// kube-scheduler, which serve a self-signed certificate on loopback.
+func selfSignedTLS() *tls.Config {
+	return &tls.Config{InsecureSkipVerify: true, MinVersion: tls.VersionTLS12} //nolint:gosec // loopback health check only
+}

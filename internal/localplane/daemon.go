@@ -1,0 +1,300 @@
+package localplane
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	"fke.dev/fke/internal/binaries"
+	"fke.dev/fke/internal/pki"
+	"fke.dev/fke/internal/supervisor"
+)
+
+// DaemonOptions configure the daemon.
+type DaemonOptions struct {
+	DataDir  string
+	Binaries binaries.Finder
+	// Self is the fke executable; the daemon runs `Self manager ...` as fke-manager.
+	Self   string
+	Logger *slog.Logger
+}
+
+// ports are the management plane's loopback ports, kept in ports.json.
+type ports struct {
+	APIServer  int `json:"apiServer"`
+	EtcdClient int `json:"etcdClient"`
+	EtcdPeer   int `json:"etcdPeer"`
+	Manager    int `json:"managerHealth"`
+}
+
+// Daemon runs the management plane until ctx ends, then stops every process
+// it started. It returns an error when it cannot start.
+func Daemon(ctx context.Context, opts DaemonOptions) error {
+	p := Paths{Dir: opts.DataDir}
+	log := opts.Logger
+	for _, d := range []string{p.Dir, p.Logs(), p.PKI()} {
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			return fmt.Errorf("creating %s: %w", d, err)
+		}
+	}
+	lock, err := acquireLock(p.Lock())
+	if err != nil {
+		return err
+	}
+	defer lock.Close()
+
+	st := State{PID: os.Getpid(), Phase: PhaseStarting, StartedAt: time.Now().UTC(), Kubeconfig: p.Kubeconfig()}
+	publish := func(phase, msg string) {
+		st.Phase, st.Message = phase, msg
+		if err := writeState(p, st); err != nil {
+			log.Error("writing state", "error", err)
+		}
+	}
+	defer os.Remove(p.State())
+	publish(PhaseStarting, "preparing certificates")
+
+	bins, err := opts.Binaries.Paths(binaries.Etcd, binaries.KubeAPIServer)
+	if err != nil {
+		publish(PhaseFailed, err.Error())
+		return err
+	}
+	pt, err := loadPorts(p)
+	if err != nil {
+		publish(PhaseFailed, err.Error())
+		return err
+	}
+	bundle, err := ensureManagementPKI(p)
+	if err != nil {
+		publish(PhaseFailed, err.Error())
+		return err
+	}
+	endpoint := "https://127.0.0.1:" + strconv.Itoa(pt.APIServer)
+	st.Endpoint = endpoint
+	kc, err := pki.Kubeconfig("fke-management", endpoint, bundle[pki.CACertFile], bundle[pki.AdminCertFile], bundle[pki.AdminKeyFile], pki.AdminUser)
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(p.Kubeconfig(), kc, 0o600); err != nil {
+		return fmt.Errorf("writing management kubeconfig: %w", err)
+	}
+
+	group := supervisor.NewGroup(log)
+	defer func() {
+		publish(PhaseStopping, "stopping")
+		stopCtx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		defer cancel()
+		if err := group.StopAll(stopCtx); err != nil {
+			log.Error("stopping management plane", "error", err)
+		}
+	}()
+
+	publish(PhaseStarting, "starting etcd and kube-apiserver")
+	procs, err := startManagementPlane(ctx, group, p, bins, pt)
+	if err != nil {
+		publish(PhaseFailed, err.Error())
+		return err
+	}
+	for _, proc := range procs {
+		if err := waitReady(ctx, proc, 2*time.Minute); err != nil {
+			err = fmt.Errorf("%w (logs in %s)", err, p.Logs())
+			publish(PhaseFailed, err.Error())
+			return err
+		}
+	}
+
+	publish(PhaseInstalling, "installing the fke.dev API")
+	if err := installAPI(ctx, p.Kubeconfig()); err != nil {
+		publish(PhaseFailed, err.Error())
+		return err
+	}
+
+	publish(PhaseManager, "starting fke-manager")
+	mgr, err := group.Start(ctx, supervisor.Spec{
+		Name: "fke-manager",
+		Path: opts.Self,
+		Args: []string{"manager", "--kubeconfig", p.Kubeconfig(), "--data-dir", p.Dir,
+			"--health-addr", "127.0.0.1:" + strconv.Itoa(pt.Manager)},
+		Env:     append(os.Environ(), binaries.EnvDir+"="+binDirOf(bins[binaries.Etcd])),
+		LogPath: filepath.Join(p.Logs(), "fke-manager.log"),
+		Ready:   supervisor.WaitHTTPReady("http://127.0.0.1:"+strconv.Itoa(pt.Manager)+"/readyz", nil),
+	})
+	if err != nil {
+		publish(PhaseFailed, err.Error())
+		return err
+	}
+	if err := waitReady(ctx, mgr, time.Minute); err != nil {
+		err = fmt.Errorf("%w (log in %s)", err, filepath.Join(p.Logs(), "fke-manager.log"))
+		publish(PhaseFailed, err.Error())
+		return err
+	}
+	procs = append(procs, mgr)
+	log.Info("management plane ready", "endpoint", endpoint)
+
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	for {
+		st.Components = st.Components[:0]
+		allReady := true
+		for _, proc := range procs {
+			ready := proc.State() == supervisor.Ready
+			allReady = allReady && ready
+			st.Components = append(st.Components, Component{Name: proc.Name(), PID: proc.Pid(), Ready: ready, Restarts: proc.Restarts()})
+		}
+		if allReady {
+			publish(PhaseReady, "")
+		} else {
+			publish(PhaseStarting, "a component is restarting")
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-tick.C:
+		}
+	}
+}
+
+func waitReady(ctx context.Context, proc *supervisor.Process, timeout time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	if err := proc.WaitReady(ctx); err != nil {
+		return fmt.Errorf("%s did not become ready: %w", proc.Name(), err)
+	}
+	return nil
+}
+
+func binDirOf(path string) string { return filepath.Dir(path) }
+
+func startManagementPlane(ctx context.Context, g *supervisor.Group, p Paths, bins map[string]string, pt ports) ([]*supervisor.Process, error) {
+	pk := func(f string) string { return filepath.Join(p.PKI(), f) }
+	etcdURL := "https://127.0.0.1:" + strconv.Itoa(pt.EtcdClient)
+	peerURL := "http://127.0.0.1:" + strconv.Itoa(pt.EtcdPeer)
+	b, err := loadBundle(p.PKI())
+	if err != nil {
+		return nil, err
+	}
+	etcdTLS, err := supervisor.ClientTLS(b[pki.EtcdCACertFile], b[pki.APIServerEtcdClientCertFile], b[pki.APIServerEtcdClientKeyFile])
+	if err != nil {
+		return nil, err
+	}
+	apiTLS, err := supervisor.ClientTLS(b[pki.CACertFile], b[pki.AdminCertFile], b[pki.AdminKeyFile])
+	if err != nil {
+		return nil, err
+	}
+	specs := []supervisor.Spec{
+		{
+			Name: "etcd", Path: bins[binaries.Etcd],
+			Args: []string{
+				"--name=management", "--data-dir=" + p.Etcd(),
+				"--listen-client-urls=" + etcdURL, "--advertise-client-urls=" + etcdURL,
+				"--listen-peer-urls=" + peerURL, "--initial-advertise-peer-urls=" + peerURL,
+				"--initial-cluster=management=" + peerURL,
+				"--cert-file=" + pk(pki.EtcdServerCertFile), "--key-file=" + pk(pki.EtcdServerKeyFile),
+				"--trusted-ca-file=" + pk(pki.EtcdCACertFile), "--client-cert-auth=true",
+				"--log-level=warn",
+			},
+			LogPath: filepath.Join(p.Logs(), "etcd.log"),
+			Ready:   supervisor.WaitHTTPReady(etcdURL+"/readyz", etcdTLS),
+		},
+		{
+			Name: "kube-apiserver", Path: bins[binaries.KubeAPIServer],
+			Args: []string{
+				"--bind-address=127.0.0.1", "--advertise-address=127.0.0.1",
+				"--secure-port=" + strconv.Itoa(pt.APIServer),
+				"--etcd-servers=" + etcdURL,
+				"--etcd-cafile=" + pk(pki.EtcdCACertFile),
+				"--etcd-certfile=" + pk(pki.APIServerEtcdClientCertFile),
+				"--etcd-keyfile=" + pk(pki.APIServerEtcdClientKeyFile),
+				"--tls-cert-file=" + pk(pki.APIServerCertFile),
+				"--tls-private-key-file=" + pk(pki.APIServerKeyFile),
+				"--client-ca-file=" + pk(pki.CACertFile),
+				"--service-account-key-file=" + pk(pki.SAPubFile),
+				"--service-account-signing-key-file=" + pk(pki.SAKeyFile),
+				"--service-account-issuer=https://fke-management.local",
+				"--service-cluster-ip-range=10.0.0.0/24",
+				"--authorization-mode=RBAC",
+				"--profiling=false",
+			},
+			LogPath: filepath.Join(p.Logs(), "kube-apiserver.log"),
+			Ready:   supervisor.WaitHTTPReady("https://127.0.0.1:"+strconv.Itoa(pt.APIServer)+"/readyz", apiTLS),
+		},
+	}
+	var procs []*supervisor.Process
+	for _, s := range specs {
+		proc, err := g.Start(ctx, s)
+		if err != nil {
+			return nil, fmt.Errorf("starting %s: %w", s.Name, err)
+		}
+		procs = append(procs, proc)
+	}
+	return procs, nil
+}
+
+// loadPorts returns the recorded ports, or picks and records free ones.
+func loadPorts(p Paths) (ports, error) {
+	var pt ports
+	if data, err := os.ReadFile(p.Ports()); err == nil {
+		if err := json.Unmarshal(data, &pt); err != nil {
+			return pt, fmt.Errorf("decoding %s: %w", p.Ports(), err)
+		}
+		if pt.APIServer != 0 && pt.EtcdClient != 0 && pt.EtcdPeer != 0 && pt.Manager != 0 {
+			return pt, nil
+		}
+	} else if !errors.Is(err, os.ErrNotExist) {
+		return pt, err
+	}
+	free, err := supervisor.FreePorts(4)
+	if err != nil {
+		return pt, fmt.Errorf("finding free ports: %w", err)
+	}
+	pt = ports{APIServer: free[0], EtcdClient: free[1], EtcdPeer: free[2], Manager: free[3]}
+	data, _ := json.Marshal(pt)
+	if err := os.WriteFile(p.Ports(), data, 0o600); err != nil {
+		return pt, fmt.Errorf("writing %s: %w", p.Ports(), err)
+	}
+	return pt, nil
+}
+
+// ensureManagementPKI completes the management plane's PKI on disk.
+func ensureManagementPKI(p Paths) (pki.Bundle, error) {
+	existing, err := loadBundle(p.PKI())
+	if err != nil {
+		return nil, err
+	}
+	b, changed, err := pki.EnsureBundle(existing, pki.ControlPlaneSpec{ClusterName: "fke-management"})
+	if err != nil {
+		return nil, fmt.Errorf("management PKI: %w", err)
+	}
+	if changed {
+		for name, data := range b {
+			if err := os.WriteFile(filepath.Join(p.PKI(), name), data, 0o600); err != nil {
+				return nil, fmt.Errorf("writing %s: %w", name, err)
+			}
+		}
+	}
+	return b, nil
+}
+
+func loadBundle(dir string) (pki.Bundle, error) {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return pki.Bundle{}, nil
+		}
+		return nil, err
+	}
+	b := pki.Bundle{}
+	for _, e := range entries {
+		data, err := os.ReadFile(filepath.Join(dir, e.Name()))
+		if err != nil {
+			return nil, err
+		}
+		b[e.Name()] = data
+	}
+	return b, nil
+}

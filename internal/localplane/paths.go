@@ -1,0 +1,51 @@
+// Package localplane runs the local management plane behind `fke up`: a
+// background daemon that supervises the management etcd, kube-apiserver and
+// fke-manager, installs the fke.dev CRDs and writes the management kubeconfig.
+package localplane
+
+import (
+	"os"
+	"path/filepath"
+)
+
+// EnvHome overrides the default data directory.
+const EnvHome = "FKE_HOME"
+
+// DefaultDataDir returns $FKE_HOME, or ~/.fke.
+func DefaultDataDir() string {
+	if d := os.Getenv(EnvHome); d != "" {
+		return d
+	}
+	home, err := os.UserHomeDir()
+	if err != nil || home == "" {
+		return ".fke"
+	}
+	return filepath.Join(home, ".fke")
+}
+
+// Paths names the files of a data directory.
+type Paths struct{ Dir string }
+
+// Kubeconfig is the admin kubeconfig of the management API.
+func (p Paths) Kubeconfig() string { return filepath.Join(p.Dir, "management.kubeconfig") }
+
+// State is the daemon's state file (JSON, see State).
+func (p Paths) State() string { return filepath.Join(p.Dir, "state.json") }
+
+// Lock is held by the running daemon.
+func (p Paths) Lock() string { return filepath.Join(p.Dir, "daemon.lock") }
+
+// Logs holds the daemon's and the management components' logs.
+func (p Paths) Logs() string { return filepath.Join(p.Dir, "logs") }
+
+// DaemonLog is the daemon's own log.
+func (p Paths) DaemonLog() string { return filepath.Join(p.Logs(), "daemon.log") }
+
+// PKI holds the management plane's certificates.
+func (p Paths) PKI() string { return filepath.Join(p.Dir, "pki") }
+
+// Etcd holds the management etcd's data.
+func (p Paths) Etcd() string { return filepath.Join(p.Dir, "etcd") }
+
+// Ports records the management plane's ports across restarts.
+func (p Paths) Ports() string { return filepath.Join(p.Dir, "ports.json") }

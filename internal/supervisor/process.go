@@ -1,0 +1,439 @@
+package supervisor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// Defaults for the zero fields of a Spec.
+const (
+	DefaultMinBackoff  = 200 * time.Millisecond
+	DefaultMaxBackoff  = 10 * time.Second
+	DefaultGracePeriod = 10 * time.Second
+)
+
+const (
+	// backoffResetAfter: a process that ran longer than this before exiting
+	// is restarted after MinBackoff again.
+	backoffResetAfter = 30 * time.Second
+	readyPollInterval = 100 * time.Millisecond
+	// readyProbeTimeout bounds one call of Spec.Ready.
+	readyProbeTimeout = 5 * time.Second
+)
+
+// Spec describes one supervised child process.
+type Spec struct {
+	// Name is unique in a Group and used in logs.
+	Name string
+	// Path is the binary: a path, or a name looked up in $PATH.
+	Path string
+	Args []string
+	// Env is the child's environment; nil inherits this process's.
+	Env []string
+	// Dir is the child's working directory; empty means this process's.
+	Dir string
+	// LogPath is where the child's stdout and stderr are appended (its
+	// directory is created). Empty discards them.
+	LogPath string
+	// Ready reports whether the child serves. It is called every 100ms
+	// (each call bounded by 5s) after every start until it returns nil. Nil
+	// means ready as soon as the child started.
+	Ready func(ctx context.Context) error
+	// MinBackoff (default 200ms) is the first delay before restarting a
+	// child that exited unexpectedly; the delay doubles up to MaxBackoff
+	// (default 10s) and drops back to MinBackoff after a run longer than
+	// 30s.
+	MinBackoff time.Duration
+	MaxBackoff time.Duration
+	// GracePeriod (default 10s) is how long Stop waits after SIGTERM before
+	// SIGKILL.
+	GracePeriod time.Duration
+	// MaxRestarts, when positive, is how many restarts are attempted before
+	// the process is left Failed. Zero means restart forever.
+	MaxRestarts int
+}
+
+func (s Spec) withDefaults() Spec {
+	if s.MinBackoff <= 0 {
+		s.MinBackoff = DefaultMinBackoff
+	}
+	if s.MaxBackoff <= 0 {
+		s.MaxBackoff = DefaultMaxBackoff
+	}
+	if s.MaxBackoff < s.MinBackoff {
+		s.MaxBackoff = s.MinBackoff
+	}
+	if s.GracePeriod <= 0 {
+		s.GracePeriod = DefaultGracePeriod
+	}
+	return s
+}
+
+// State is where a supervised process is in its life.
+type State int
+
+const (
+	// Starting: the child runs and Spec.Ready has not yet returned nil.
+	Starting State = iota
+	// Ready: the child runs and Spec.Ready returned nil since it started.
+	Ready
+	// Backoff: the child exited unexpectedly and waits to be restarted.
+	Backoff
+	// Stopped: Stop ended the process; it is not restarted.
+	Stopped
+	// Failed: the child exited and Spec.MaxRestarts restarts were spent.
+	Failed
+)
+
+func (s State) String() string {
+	switch s {
+	case Starting:
+		return "Starting"
+	case Ready:
+		return "Ready"
+	case Backoff:
+		return "Backoff"
+	case Stopped:
+		return "Stopped"
+	case Failed:
+		return "Failed"
+	}
+	return fmt.Sprintf("State(%d)", int(s))
+}
+
+// Process is one supervised child. Its methods are safe for concurrent use.
+type Process struct {
+	spec Spec
+	path string // resolved binary
+	log  *slog.Logger
+
+	stopCh chan struct{} // closed when Stop begins
+	done   chan struct{} // closed when the process is Stopped or Failed
+
+	mu       sync.Mutex
+	state    State
+	changed  chan struct{} // closed and replaced on every state change
+	pid      int
+	restarts int // successful restarts
+	attempts int // restart attempts, for MaxRestarts
+	stopping bool
+	gen      int // bumped on every start, so that stale probes are ignored
+	err      error
+}
+
+// Name returns the process's Spec.Name.
+func (p *Process) Name() string { return p.spec.Name }
+
+// Pid returns the child's pid, or 0 when no child runs.
+func (p *Process) Pid() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.pid
+}
+
+// State returns the current state.
+func (p *Process) State() State {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.state
+}
+
+// Restarts returns how many times the child was started again after an
+// unexpected exit.
+func (p *Process) Restarts() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.restarts
+}
+
+// WaitReady blocks until the process is Ready. It returns an error when the
+// process is Stopped or Failed, or when ctx ends first.
+func (p *Process) WaitReady(ctx context.Context) error {
+	for {
+		p.mu.Lock()
+		state, changed, err := p.state, p.changed, p.err
+		p.mu.Unlock()
+		switch state {
+		case Ready:
+			return nil
+		case Stopped:
+			return fmt.Errorf("waiting for %s to be ready: process stopped", p.spec.Name)
+		case Failed:
+			return fmt.Errorf("waiting for %s to be ready: process failed: %w", p.spec.Name, err)
+		}
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			return fmt.Errorf("waiting for %s to be ready (state %s): %w", p.spec.Name, state, ctx.Err())
+		}
+	}
+}
+
+func newProcess(spec Spec, path string, log *slog.Logger) *Process {
+	return &Process{
+		spec:    spec,
+		path:    path,
+		log:     log.With("name", spec.Name),
+		stopCh:  make(chan struct{}),
+		done:    make(chan struct{}),
+		changed: make(chan struct{}),
+	}
+}
+
+// resolveBinary finds the binary of spec as exec.Cmd would run it.
+func resolveBinary(spec Spec) (string, error) {
+	path := spec.Path
+	if spec.Dir != "" && !filepath.IsAbs(path) && filepath.Base(path) != path {
+		path = filepath.Join(spec.Dir, path)
+	}
+	resolved, err := exec.LookPath(path)
+	if err != nil {
+		return "", fmt.Errorf("binary %s not found: %w", spec.Path, err)
+	}
+	if abs, err := filepath.Abs(resolved); err == nil {
+		resolved = abs
+	}
+	return resolved, nil
+}
+
+func (p *Process) setStateLocked(s State) {
+	p.state = s
+	close(p.changed)
+	p.changed = make(chan struct{})
+}
+
+// startLocked starts a child and its readiness probe. The caller holds p.mu,
+// so that Stop sees either no child or its pid.
+func (p *Process) startLocked(ctx context.Context) (*exec.Cmd, context.CancelFunc, error) {
+	cmd := &exec.Cmd{
+		Path: p.path,
+		Args: append([]string{p.spec.Path}, p.spec.Args...),
+		Env:  p.spec.Env,
+		Dir:  p.spec.Dir,
+		SysProcAttr: &syscall.SysProcAttr{
+			// Own process group, so that Stop reaches grandchildren.
+			Setpgid: true,
+			// Die with the supervisor (see spawn.go).
+			Pdeathsig: syscall.SIGKILL,
+		},
+	}
+	if p.spec.LogPath != "" {
+		if err := os.MkdirAll(filepath.Dir(p.spec.LogPath), 0o755); err != nil {
+			return nil, nil, fmt.Errorf("creating log directory: %w", err)
+		}
+		logFile, err := os.OpenFile(p.spec.LogPath, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
+		if err != nil {
+			return nil, nil, fmt.Errorf("opening log file: %w", err)
+		}
+		// The child holds its own descriptor once started.
+		defer func() {
+			if err := logFile.Close(); err != nil {
+				p.log.Warn("closing log file failed", "path", p.spec.LogPath, "error", err)
+			}
+		}()
+		cmd.Stdout, cmd.Stderr = logFile, logFile
+	}
+	if err := spawn(ctx, cmd); err != nil {
+		return nil, nil, err
+	}
+	p.gen++
+	p.pid = cmd.Process.Pid
+	p.setStateLocked(Starting)
+	p.log.Info("process started", "pid", p.pid, "restarts", p.restarts, "path", p.path)
+	probeCtx, cancel := context.WithCancel(context.Background())
+	if p.spec.Ready == nil {
+		p.setStateLocked(Ready)
+		p.log.Info("process ready", "pid", p.pid)
+	} else {
+		go p.probe(probeCtx, p.gen, p.pid)
+	}
+	return cmd, cancel, nil
+}
+
+// probe polls Spec.Ready until it succeeds or ctx (the child's run) ends.
+func (p *Process) probe(ctx context.Context, gen, pid int) {
+	ticker := time.NewTicker(readyPollInterval)
+	defer ticker.Stop()
+	for {
+		callCtx, cancel := context.WithTimeout(ctx, readyProbeTimeout)
+		err := p.spec.Ready(callCtx)
+		cancel()
+		if ctx.Err() != nil {
+			return
+		}
+		if err == nil {
+			p.mu.Lock()
+			if p.gen == gen && p.state == Starting {
+				p.setStateLocked(Ready)
+				p.log.Info("process ready", "pid", pid)
+			}
+			p.mu.Unlock()
+			return
+		}
+		p.log.Debug("process not ready", "pid", pid, "error", err)
+		select {
+		case <-ctx.Done():
+			return
+		case <-ticker.C:
+		}
+	}
+}
+
+// run waits for the child and restarts it with backoff until Stop or
+// MaxRestarts.
+func (p *Process) run(cmd *exec.Cmd, cancelProbe context.CancelFunc) {
+	defer close(p.done)
+	backoff := p.spec.MinBackoff
+	for {
+		started := time.Now()
+		waitErr := cmd.Wait()
+		cancelProbe()
+		pid := cmd.Process.Pid
+		killGroup(p.log, pid, syscall.SIGKILL) // whatever the child left behind
+		attrs := exitAttrs(cmd, pid, waitErr)
+
+		p.mu.Lock()
+		p.pid = 0
+		if p.stopping {
+			p.setStateLocked(Stopped)
+			p.mu.Unlock()
+			p.log.Info("process stopped", attrs...)
+			return
+		}
+		if time.Since(started) > backoffResetAfter {
+			backoff = p.spec.MinBackoff
+		}
+		p.setStateLocked(Backoff)
+		restarts := p.restarts
+		p.mu.Unlock()
+		p.log.Warn("process exited unexpectedly", append(attrs, "restarts", restarts, "backoff", backoff)...)
+
+		for {
+			if p.failIfExhausted() {
+				return
+			}
+			timer := time.NewTimer(backoff)
+			select {
+			case <-p.stopCh:
+				timer.Stop()
+				p.mu.Lock()
+				p.setStateLocked(Stopped)
+				p.mu.Unlock()
+				p.log.Info("process stopped", "state", Backoff)
+				return
+			case <-timer.C:
+			}
+			backoff = min(2*backoff, p.spec.MaxBackoff)
+
+			p.mu.Lock()
+			if p.stopping {
+				p.setStateLocked(Stopped)
+				p.mu.Unlock()
+				p.log.Info("process stopped", "state", Backoff)
+				return
+			}
+			p.attempts++
+			var err error
+			cmd, cancelProbe, err = p.startLocked(context.Background())
+			if err == nil {
+				p.restarts++
+				p.mu.Unlock()
+				break
+			}
+			p.err = err
+			attempts := p.attempts
+			p.mu.Unlock()
+			p.log.Error("process restart failed", "attempts", attempts, "backoff", backoff, "error", err)
+		}
+	}
+}
+
+// failIfExhausted marks the process Failed when MaxRestarts attempts are
+// spent.
+func (p *Process) failIfExhausted() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.spec.MaxRestarts <= 0 || p.attempts < p.spec.MaxRestarts {
+		return false
+	}
+	if p.err == nil {
+		p.err = fmt.Errorf("exited after %d restart attempts", p.attempts)
+	}
+	p.setStateLocked(Failed)
+	p.log.Error("process failed", "restarts", p.restarts, "attempts", p.attempts, "error", p.err)
+	return true
+}
+
+func exitAttrs(cmd *exec.Cmd, pid int, waitErr error) []any {
+	attrs := []any{"pid", pid, "exit_code", cmd.ProcessState.ExitCode()}
+	if ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+		attrs = append(attrs, "signal", ws.Signal().String())
+	}
+	var exitErr *exec.ExitError
+	if waitErr != nil && !errors.As(waitErr, &exitErr) {
+		attrs = append(attrs, "error", waitErr)
+	}
+	return attrs
+}
+
+// killGroup signals the process group led by pid. A group that is already
+// gone (ESRCH) is not an error.
+func killGroup(log *slog.Logger, pid int, sig syscall.Signal) {
+	if pid <= 0 {
+		return
+	}
+	if err := syscall.Kill(-pid, sig); err != nil && !errors.Is(err, syscall.ESRCH) {
+		log.Warn("signalling process group failed", "pgid", pid, "signal", sig.String(), "error", err)
+	}
+}
+
+// stop ends the process: SIGTERM to its group, SIGKILL after the grace
+// period (shortened to fit ctx's deadline), then waits until it is gone.
+func (p *Process) stop(ctx context.Context) error {
+	p.mu.Lock()
+	if !p.stopping {
+		p.stopping = true
+		close(p.stopCh)
+	}
+	pid := p.pid
+	p.mu.Unlock()
+
+	select {
+	case <-p.done:
+		return nil
+	default:
+	}
+	if pid != 0 {
+		p.log.Info("stopping process", "pid", pid)
+		killGroup(p.log, pid, syscall.SIGTERM)
+	}
+	grace := p.spec.GracePeriod
+	if deadline, ok := ctx.Deadline(); ok {
+		grace = min(grace, time.Until(deadline)*9/10)
+	}
+	timer := time.NewTimer(grace)
+	defer timer.Stop()
+	select {
+	case <-p.done:
+		return nil
+	case <-timer.C:
+	}
+	if pid != 0 {
+		p.log.Warn("process ignored SIGTERM, killing", "pid", pid, "grace_period", grace)
+		killGroup(p.log, pid, syscall.SIGKILL)
+	}
+	select {
+	case <-p.done:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("stopping %s: %w", p.spec.Name, ctx.Err())
+	}
+}
