@@ -1,0 +1,212 @@
+// Package testenv runs fke as a user does, for integration and e2e tests:
+// it builds the fke binary, runs `fke up` in a temporary data directory and
+// drives the CLI. The upstream binaries come from `make binaries`.
+package testenv
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"fke.dev/fke/internal/binaries"
+	"fke.dev/fke/internal/localplane"
+	"fke.dev/fke/internal/manager"
+)
+
+// RepoRoot returns the repository's root directory.
+func RepoRoot() string {
+	_, file, _, _ := runtime.Caller(0)
+	return filepath.Clean(filepath.Join(filepath.Dir(file), "..", ".."))
+}
+
+// BinDir returns the directory of the upstream binaries, or skips the test
+// when they are not built (and fails it under CI, where they must be).
+func BinDir(t testing.TB) string {
+	t.Helper()
+	dir := os.Getenv(binaries.EnvDir)
+	if dir == "" {
+		dir = filepath.Join(RepoRoot(), "_output", "bin")
+	}
+	_, err := binaries.Finder{Dir: dir}.Paths(binaries.Etcd, binaries.KubeAPIServer, binaries.KubeControllerManager, binaries.KubeScheduler)
+	if err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatalf("upstream binaries missing under CI: %v", err)
+		}
+		t.Skipf("upstream binaries not built (run `make binaries`): %v", err)
+	}
+	return dir
+}
+
+var (
+	buildOnce sync.Once
+	fkeBin    string
+	buildErr  error
+)
+
+// FkeBinary builds cmd/fke once per test process and returns its path.
+func FkeBinary(t testing.TB) string {
+	t.Helper()
+	buildOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "fke-test-bin-")
+		if err != nil {
+			buildErr = err
+			return
+		}
+		fkeBin = filepath.Join(dir, "fke")
+		cmd := exec.Command("go", "build", "-o", fkeBin, "./cmd/fke")
+		cmd.Dir = RepoRoot()
+		if out, err := cmd.CombinedOutput(); err != nil {
+			buildErr = fmt.Errorf("building fke: %v\n%s", err, out)
+		}
+	})
+	if buildErr != nil {
+		t.Fatal(buildErr)
+	}
+	return fkeBin
+}
+
+// Env is one local management plane started for a test.
+type Env struct {
+	T       testing.TB
+	DataDir string
+	BinDir  string
+	Fke     string
+}
+
+// Up builds fke, runs `fke up` in a fresh data directory and registers
+// `fke down --purge` as cleanup.
+func Up(t testing.TB) *Env {
+	t.Helper()
+	e := New(t)
+	e.MustRun("up")
+	t.Cleanup(func() {
+		out, err := e.Run("down", "--purge")
+		if err != nil {
+			t.Errorf("fke down: %v\n%s", err, out)
+		}
+	})
+	return e
+}
+
+// New prepares an Env without starting anything.
+func New(t testing.TB) *Env {
+	t.Helper()
+	bin := BinDir(t)
+	dir, err := os.MkdirTemp("", "fke-test-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &Env{T: t, DataDir: dir, BinDir: bin, Fke: FkeBinary(t)}
+}
+
+// Run runs fke with args against this Env and returns its combined output.
+func (e *Env) Run(args ...string) (string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, e.Fke, append([]string{"--data-dir", e.DataDir, "--bin-dir", e.BinDir}, args...)...)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	err := cmd.Run()
+	return out.String(), err
+}
+
+// MustRun runs fke and fails the test on error.
+func (e *Env) MustRun(args ...string) string {
+	e.T.Helper()
+	out, err := e.Run(args...)
+	if err != nil {
+		e.T.Fatalf("fke %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	return out
+}
+
+// RunFail runs fke expecting an error and returns its output.
+func (e *Env) RunFail(args ...string) string {
+	e.T.Helper()
+	out, err := e.Run(args...)
+	if err == nil {
+		e.T.Fatalf("fke %s succeeded, want an error\n%s", strings.Join(args, " "), out)
+	}
+	return out
+}
+
+// ManagementConfig returns the management API's rest config.
+func (e *Env) ManagementConfig() *rest.Config {
+	e.T.Helper()
+	cfg, err := clientcmd.BuildConfigFromFlags("", localplane.Paths{Dir: e.DataDir}.Kubeconfig())
+	if err != nil {
+		e.T.Fatal(err)
+	}
+	return cfg
+}
+
+// Client returns a client of the management API.
+func (e *Env) Client() client.Client {
+	e.T.Helper()
+	c, err := client.New(e.ManagementConfig(), client.Options{Scheme: manager.Scheme()})
+	if err != nil {
+		e.T.Fatal(err)
+	}
+	return c
+}
+
+// TenantConfig returns the admin rest config of cluster name (from `fke kubeconfig`).
+func (e *Env) TenantConfig(name string) *rest.Config {
+	e.T.Helper()
+	kc := e.MustRun("kubeconfig", name)
+	cfg, err := clientcmd.RESTConfigFromKubeConfig([]byte(kc))
+	if err != nil {
+		e.T.Fatalf("kubeconfig of %s: %v", name, err)
+	}
+	cfg.Timeout = 10 * time.Second
+	return cfg
+}
+
+// Tenant returns a clientset for cluster name.
+func (e *Env) Tenant(name string) kubernetes.Interface {
+	e.T.Helper()
+	cs, err := kubernetes.NewForConfig(e.TenantConfig(name))
+	if err != nil {
+		e.T.Fatal(err)
+	}
+	return cs
+}
+
+// State returns the daemon's state.
+func (e *Env) State() localplane.State {
+	e.T.Helper()
+	st, err := localplane.ReadState(e.DataDir)
+	if err != nil {
+		e.T.Fatal(err)
+	}
+	return st
+}
+
+// Eventually polls cond every interval until it returns nil or timeout passes.
+func Eventually(t testing.TB, timeout time.Duration, what string, cond func() error) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	var last error
+	for {
+		if last = cond(); last == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not true after %s: %v", what, timeout, last)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
