@@ -117,6 +117,12 @@ func (e *Env) Run(args ...string) (string, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, e.Fke, append([]string{"--data-dir", e.DataDir, "--bin-dir", e.BinDir}, args...)...)
+	// Only the flags choose the data and binary directories.
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, binaries.EnvDir+"=") && !strings.HasPrefix(kv, localplane.EnvHome+"=") {
+			cmd.Env = append(cmd.Env, kv)
+		}
+	}
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	err := cmd.Run()
