@@ -204,7 +204,7 @@ func startManagementPlane(ctx context.Context, g *supervisor.Group, p Paths, bin
 		{
 			Name: "kube-apiserver", Path: bins[binaries.KubeAPIServer],
 			Args: []string{
-				"--bind-address=127.0.0.1", "--advertise-address=127.0.0.1",
+				"--bind-address=127.0.0.1", "--advertise-address=127.0.0.1", "--endpoint-reconciler-type=none",
 				"--secure-port=" + strconv.Itoa(pt.APIServer),
 				"--etcd-servers=" + etcdURL,
 				"--etcd-cafile=" + pk(pki.EtcdCACertFile),

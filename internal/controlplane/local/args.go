@@ -86,6 +86,9 @@ func apiServerArgs(l layout, s controlplane.Spec) []string {
 	return []string{
 		"--bind-address=127.0.0.1",
 		"--advertise-address=127.0.0.1",
+		// The endpoint reconciler refuses loopback addresses; nodes reach the
+		// API server through the endpoint in their kubeconfig.
+		"--endpoint-reconciler-type=none",
 		"--secure-port=" + strconv.Itoa(s.Ports.APIServer),
 		"--etcd-servers=https://127.0.0.1:" + strconv.Itoa(s.Ports.EtcdClient),
 		"--etcd-cafile=" + l.pki(pki.EtcdCACertFile),

@@ -1,0 +1,67 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"text/tabwriter"
+
+	"fke.dev/fke/internal/gpu/config"
+	"fke.dev/fke/internal/gpu/nvml"
+)
+
+type infoDoc struct {
+	Backend string        `json:"backend"`
+	System  nvml.System   `json:"system"`
+	Devices []nvml.Device `json:"devices"`
+}
+
+func printInfo(ctx context.Context, w io.Writer, cfg config.Config, output string) error {
+	if output != "json" && output != "table" {
+		return fmt.Errorf("-o %q: must be json or table", output)
+	}
+	mig, err := mockMIG(cfg)
+	if err != nil {
+		return err
+	}
+	lib, err := nvml.Open(ctx, cfg.Backend, cfg.NodeName, mig)
+	if err != nil {
+		return fmt.Errorf("opening NVML backend %s: %w", cfg.Backend, err)
+	}
+	defer lib.Close()
+	sys, err := lib.System(ctx)
+	if err != nil {
+		return fmt.Errorf("reading system info: %w", err)
+	}
+	devs, err := lib.Devices(ctx)
+	if err != nil {
+		return fmt.Errorf("discovering GPUs: %w", err)
+	}
+	if output == "json" {
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		if devs == nil {
+			devs = []nvml.Device{}
+		}
+		return enc.Encode(infoDoc{Backend: cfg.Backend, System: sys, Devices: devs})
+	}
+	major, minor := sys.CUDAVersion()
+	fmt.Fprintf(w, "Driver %s, CUDA %d.%d, backend %s\n", sys.DriverVersion, major, minor, cfg.Backend)
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "INDEX\tUUID\tNAME\tMEMORY(MiB)\tCC\tFAMILY\tNUMA\tNVLINK PEERS\tMIG")
+	for _, d := range devs {
+		mig := "n/a"
+		if d.MIGCapable {
+			mig = "disabled"
+		}
+		if d.MIGEnabled {
+			mig = fmt.Sprintf("enabled (%d devices)", len(d.MIGDevices))
+		}
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%d\t%d.%d\t%s\t%d\t%d\t%s\n", d.Index, d.UUID, d.Name, d.MemoryMiB, d.ComputeMajor, d.ComputeMinor, d.Family, d.NUMANode, len(d.NVLinkPeers), mig)
+		for _, m := range d.MIGDevices {
+			fmt.Fprintf(tw, "  %d/%d\t%s\tMIG %s\t%d\t\t\t\t\t\n", d.Index, m.GPUInstanceID, m.UUID, m.Profile, m.MemoryMiB)
+		}
+	}
+	return tw.Flush()
+}

@@ -1,0 +1,171 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
+	"time"
+
+	"github.com/spf13/cobra"
+	"golang.org/x/sync/errgroup"
+	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"fke.dev/fke/internal/gpu/config"
+	"fke.dev/fke/internal/gpu/deviceplugin"
+	"fke.dev/fke/internal/gpu/health"
+	"fke.dev/fke/internal/gpu/labels"
+	"fke.dev/fke/internal/gpu/metrics"
+	"fke.dev/fke/internal/gpu/node"
+	"fke.dev/fke/internal/gpu/nvml"
+)
+
+func runAgent(cmd *cobra.Command, o *options, flagged *config.Config) error {
+	log, err := newLogger(o)
+	if err != nil {
+		return err
+	}
+	cfg, err := resolveConfig(cmd, o, *flagged)
+	if err != nil {
+		return err
+	}
+	ctx := cmd.Context()
+	mig, err := mockMIG(cfg)
+	if err != nil {
+		return err
+	}
+	lib, err := nvml.Open(ctx, cfg.Backend, cfg.NodeName, mig)
+	if err != nil {
+		return fmt.Errorf("opening NVML backend %s: %w", cfg.Backend, err)
+	}
+	defer lib.Close()
+	sys, err := lib.System(ctx)
+	if err != nil {
+		return fmt.Errorf("reading system info: %w", err)
+	}
+	devs, err := lib.Devices(ctx)
+	if err != nil {
+		return fmt.Errorf("discovering GPUs: %w", err)
+	}
+	uuids := make([]string, len(devs))
+	for i, d := range devs {
+		uuids[i] = d.UUID
+	}
+	log.Info("GPUs discovered", "backend", cfg.Backend, "count", len(devs), "driver", sys.DriverVersion, "node", cfg.NodeName)
+
+	var api node.API
+	if o.nodeAPI {
+		rc, err := restConfig(o.kubeconfig)
+		if err != nil {
+			return fmt.Errorf("configuring the Node API (use --node-api=false to run without it): %w", err)
+		}
+		core, err := corev1client.NewForConfig(rc)
+		if err != nil {
+			return fmt.Errorf("building core/v1 client: %w", err)
+		}
+		api = node.FromCoreV1(core)
+	}
+
+	g, ctx := errgroup.WithContext(ctx)
+
+	var src deviceplugin.HealthSource = deviceplugin.AlwaysHealthy{}
+	var xids metrics.XIDSource
+	if !cfg.Health.Disabled {
+		var reporter health.Reporter = health.LogReporter{Log: log}
+		if api != nil {
+			reporter = &node.Reporter{API: api, Node: cfg.NodeName}
+		}
+		mon := health.NewMonitor(lib, uuids, health.Options{
+			Policy:        health.DefaultPolicy().WithIgnored(cfg.Health.IgnoredXIDs...),
+			Hold:          cfg.Health.RecoveryHold.Duration,
+			ProbeInterval: cfg.Health.ProbeInterval.Duration,
+			Reporter:      reporter,
+			Log:           log.With("component", "health"),
+		})
+		src, xids = mon, mon
+		g.Go(func() error { return mon.Run(ctx) })
+	}
+
+	if cfg.DevicePlugin.Enabled {
+		res, err := deviceplugin.BuildResources(devs, cfg.MIGStrategy, cfg.Sharing.TimeSlicing)
+		if err != nil {
+			return fmt.Errorf("deciding resources: %w", err)
+		}
+		mo := deviceplugin.ManagerOptions{
+			Dir:      cfg.DevicePlugin.Dir,
+			Policy:   cfg.DevicePlugin.AllocationPolicy,
+			Strategy: cfg.DevicePlugin.DeviceListStrategy,
+			Health:   src,
+			Log:      log.With("component", "deviceplugin"),
+		}
+		if api != nil {
+			mo.SelfCheck = node.Allocatable{API: api, Node: cfg.NodeName}
+			mo.SelfCheckInterval = cfg.DevicePlugin.SelfCheckInterval.Duration
+		}
+		mgr, err := deviceplugin.NewManager(res, deviceplugin.TopologyOf(devs), mo)
+		if err != nil {
+			return err
+		}
+		g.Go(func() error { return mgr.Run(ctx) })
+	}
+
+	if cfg.Labels.Enabled && api != nil {
+		want := labels.For(sys, devs, cfg)
+		l := &labels.Labeler{API: api, Node: cfg.NodeName, Log: log.With("component", "labels")}
+		g.Go(func() error { return labelLoop(ctx, l, want, cfg.Labels.Interval.Duration, log) })
+	}
+
+	if cfg.Metrics.Address != "" {
+		c := &metrics.Collector{Sampler: lib, Devices: devs, Hostname: cfg.NodeName, XIDs: xids, Log: log.With("component", "metrics")}
+		if cfg.Metrics.PodResourcesSocket != "" {
+			pr, err := metrics.NewPodResources(cfg.Metrics.PodResourcesSocket, cfg.Metrics.PodResourcesTTL.Duration, nil)
+			if err != nil {
+				return err
+			}
+			defer pr.Close()
+			c.Owners = pr
+		}
+		h, err := metrics.Handler(c)
+		if err != nil {
+			return err
+		}
+		g.Go(func() error {
+			return metrics.Serve(ctx, cfg.Metrics.Address, h, func(a net.Addr) {
+				log.Info("metrics serving", "address", a.String())
+			})
+		})
+	}
+	log.Info("agent running", "devicePlugin", cfg.DevicePlugin.Enabled, "health", !cfg.Health.Disabled, "labels", cfg.Labels.Enabled && api != nil, "metrics", cfg.Metrics.Address)
+	err = g.Wait()
+	log.Info("agent stopped", "err", err)
+	return err
+}
+
+// labelLoop applies the labels now and every interval (once when interval is 0);
+// failures are logged and retried, never fatal.
+func labelLoop(ctx context.Context, l *labels.Labeler, want map[string]string, interval time.Duration, log *slog.Logger) error {
+	retry := 5 * time.Second
+	for {
+		wait := interval
+		if err := l.Apply(ctx, want); err != nil {
+			log.Warn("applying node labels", "err", err)
+			wait = retry
+		} else if interval <= 0 {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(wait):
+		}
+	}
+}
+
+func restConfig(kubeconfig string) (*rest.Config, error) {
+	if kubeconfig != "" {
+		return clientcmd.BuildConfigFromFlags("", kubeconfig)
+	}
+	return rest.InClusterConfig()
+}

@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# gpu-check.sh — check fke-gpu-agent against the real GPUs of this machine.
+#
+# Builds the agent, prints `info -o json` from the real NVML backend, then
+# starts the agent with metrics only (no kubelet, no Kubernetes API), scrapes
+# /metrics once and checks the DCGM series are there. Needs an NVIDIA driver;
+# no Kubernetes. Takes well under a minute after the build.
+#
+# Environment: GO (default go), METRICS_PORT (default 19400), OUT (default a temp dir).
+set -euo pipefail
+
+cd "$(dirname "$0")/.."
+GO=${GO:-go}
+PORT=${METRICS_PORT:-19400}
+OUT=${OUT:-$(mktemp -d -t fke-gpu-check.XXXXXX)}
+BIN="$OUT/fke-gpu-agent"
+AGENT_PID=""
+
+log() { printf '[gpu-check] %s\n' "$*" >&2; }
+fail() { log "FAIL: $*"; exit 1; }
+
+cleanup() {
+	if [[ -n "$AGENT_PID" ]] && kill -0 "$AGENT_PID" 2>/dev/null; then
+		kill "$AGENT_PID" 2>/dev/null || true
+		for _ in $(seq 1 50); do kill -0 "$AGENT_PID" 2>/dev/null || break; sleep 0.1; done
+		kill -9 "$AGENT_PID" 2>/dev/null || true
+	fi
+}
+trap cleanup EXIT INT TERM
+
+command -v "$GO" >/dev/null || fail "go not found (set GO=/path/to/go)"
+command -v curl >/dev/null || fail "curl not found"
+if command -v nvidia-smi >/dev/null; then
+	log "nvidia-smi: $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | head -1)"
+else
+	log "nvidia-smi not found; continuing (the agent only needs libnvidia-ml.so.1)"
+fi
+
+log "building fke-gpu-agent into $BIN"
+CGO_ENABLED=1 timeout 300 "$GO" build -o "$BIN" ./cmd/fke-gpu-agent || fail "build failed"
+
+log "info -o json (real NVML)"
+timeout 60 "$BIN" info --backend real --node-api=false -o json | tee "$OUT/info.json" \
+	|| fail "info failed (is the NVIDIA driver installed?)"
+grep -q '"uuid": "GPU-' "$OUT/info.json" || fail "info found no GPU"
+log "GPUs found: $(grep -c '"uuid": "GPU-' "$OUT/info.json")"
+
+log "starting agent: metrics only on 127.0.0.1:$PORT"
+"$BIN" run --backend real --node-api=false --kubelet=false --node-name "$(hostname)" \
+	--metrics-address "127.0.0.1:$PORT" --pod-resources-socket "" >"$OUT/agent.log" 2>&1 &
+AGENT_PID=$!
+
+ok=""
+for _ in $(seq 1 100); do
+	if ! kill -0 "$AGENT_PID" 2>/dev/null; then
+		cat "$OUT/agent.log" >&2
+		fail "agent exited early"
+	fi
+	if curl -fsS "http://127.0.0.1:$PORT/healthz" >/dev/null 2>&1; then ok=1; break; fi
+	sleep 0.1
+done
+[[ -n "$ok" ]] || { cat "$OUT/agent.log" >&2; fail "metrics endpoint not up within 10s"; }
+
+curl -fsS --max-time 20 "http://127.0.0.1:$PORT/metrics" >"$OUT/metrics.txt" || fail "scrape failed"
+grep -E '^(DCGM_FI_|fke_gpu_)' "$OUT/metrics.txt"
+for m in DCGM_FI_DEV_GPU_UTIL DCGM_FI_DEV_FB_USED DCGM_FI_DEV_FB_FREE DCGM_FI_DEV_GPU_TEMP \
+	DCGM_FI_DEV_POWER_USAGE DCGM_FI_DEV_SM_CLOCK DCGM_FI_DEV_MEM_COPY_UTIL DCGM_FI_DEV_XID_ERRORS; do
+	grep -q "^$m{" "$OUT/metrics.txt" || fail "metric $m missing"
+done
+log "agent log:"
+cat "$OUT/agent.log" >&2
+log "PASS (outputs in $OUT)"

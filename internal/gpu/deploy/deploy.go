@@ -1,0 +1,12 @@
+// Package deploy holds the Kubernetes manifests the GPU agent needs in a
+// tenant cluster: RBAC and the ValidatingAdmissionPolicy that limits the
+// agent to its own Node.
+package deploy
+
+import _ "embed"
+
+// RBAC is rbac.yaml: Namespace fke-system, ServiceAccount fke-gpu-agent,
+// ClusterRole/Binding, and the own-Node ValidatingAdmissionPolicy + binding.
+//
+//go:embed rbac.yaml
+var RBAC []byte
