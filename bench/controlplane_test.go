@@ -1,0 +1,112 @@
+// Package bench holds fke's benchmarks; results are recorded in README.md.
+package bench
+
+import (
+	"context"
+	"crypto/tls"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	fkev1 "fke.dev/fke/api/v1alpha1"
+	"fke.dev/fke/test/testenv"
+)
+
+// BenchmarkClusterCreate measures the time from `fke cluster create` to the
+// tenant kube-apiserver's /readyz answering ok, over 5 clusters, and the
+// resident memory of an idle tenant control plane (etcd + kube-apiserver +
+// kube-controller-manager + kube-scheduler).
+//
+//	go test ./bench -run '^$' -bench ClusterCreate -benchtime 1x
+func BenchmarkClusterCreate(b *testing.B) {
+	e := testenv.Up(b)
+	c := e.Client()
+	const clusters = 5
+	var durations []time.Duration
+	for i := 0; i < b.N; i++ {
+		for j := 0; j < clusters; j++ {
+			name := fmt.Sprintf("bench-%d-%d", i, j)
+			start := time.Now()
+			e.MustRun("cluster", "create", name)
+			waitReadyz(b, c, name)
+			durations = append(durations, time.Since(start))
+		}
+	}
+	sort.Slice(durations, func(i, j int) bool { return durations[i] < durations[j] })
+	median, max := durations[len(durations)/2], durations[len(durations)-1]
+	b.ReportMetric(median.Seconds(), "s-median-ready")
+	b.ReportMetric(max.Seconds(), "s-max-ready")
+
+	// Idle memory: let the control planes settle, then sum RSS per cluster.
+	time.Sleep(15 * time.Second) // a settling period, not a wait for state
+	var total float64
+	for j := 0; j < clusters; j++ {
+		mb := clusterRSSMB(b, e.DataDir, fmt.Sprintf("bench-0-%d", j))
+		total += mb
+		b.Logf("cluster bench-0-%d: %.0f MB RSS", j, mb)
+	}
+	b.ReportMetric(total/clusters, "MB-rss-per-cluster")
+	b.Logf("create→readyz over %d clusters: median %s, max %s; all: %v", len(durations), median, max, durations)
+}
+
+// waitReadyz polls until the cluster has ports and its API server's /readyz says ok.
+func waitReadyz(b *testing.B, c client.Client, name string) {
+	b.Helper()
+	httpc := &http.Client{Timeout: time.Second, Transport: &http.Transport{
+		TLSClientConfig: &tls.Config{InsecureSkipVerify: true}, //nolint:gosec // anonymous /readyz on loopback
+	}}
+	deadline := time.Now().Add(60 * time.Second)
+	port := int32(0)
+	for time.Now().Before(deadline) {
+		if port == 0 {
+			cl := &fkev1.Cluster{}
+			if err := c.Get(context.Background(), client.ObjectKey{Namespace: "default", Name: name}, cl); err == nil {
+				port = cl.Status.Ports.APIServer
+			}
+		}
+		if port != 0 {
+			resp, err := httpc.Get("https://127.0.0.1:" + strconv.Itoa(int(port)) + "/readyz")
+			if err == nil {
+				body, _ := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				if resp.StatusCode == http.StatusOK && string(body) == "ok" {
+					return
+				}
+			}
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	b.Fatalf("cluster %s: /readyz not ok after 60s", name)
+}
+
+// clusterRSSMB sums VmRSS of the processes whose command line names the cluster's data directory.
+func clusterRSSMB(b *testing.B, dataDir, name string) float64 {
+	b.Helper()
+	procs := testenv.FindProcs(filepath.Join(dataDir, "clusters", "default", name) + "/")
+	if len(procs) != 4 {
+		b.Fatalf("cluster %s: want 4 control-plane processes, found %d", name, len(procs))
+	}
+	var kb float64
+	for _, p := range procs {
+		data, err := os.ReadFile("/proc/" + strconv.Itoa(p.PID) + "/status")
+		if err != nil {
+			b.Fatal(err)
+		}
+		for _, line := range strings.Split(string(data), "\n") {
+			if f := strings.Fields(line); len(f) >= 2 && f[0] == "VmRSS:" {
+				v, _ := strconv.ParseFloat(f[1], 64)
+				kb += v
+			}
+		}
+	}
+	return kb / 1024
+}

@@ -1,0 +1,100 @@
+// Package nodeprovider defines how worker nodes are made. Implementations:
+// kwok/ (simulated nodes), fake/ (unit tests); local/ (real nodes) later.
+// The shape follows Karpenter's CloudProvider.
+package nodeprovider
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/rest"
+
+	fkev1 "fke.dev/fke/api/v1alpha1"
+)
+
+// Cluster is what a provider needs to know of a tenant cluster.
+type Cluster struct {
+	// Key is "namespace/name" of the Cluster object.
+	Key string
+	// Name is the Cluster's name.
+	Name string
+	// Config reaches the tenant API server with admin rights.
+	Config *rest.Config
+	// PodCIDR is the cluster's pod range.
+	PodCIDR string
+}
+
+// NodeSpec is what a Machine asks a provider to make.
+type NodeSpec struct {
+	// MachineName names the Machine.
+	MachineName string
+	// InstanceType is the shape of the node.
+	InstanceType *fkev1.InstanceType
+	// Template is the Node to register (see nodetemplate.Build): its name,
+	// labels, taints, capacity and allocatable. Providers that register the
+	// Node themselves (kwok) create it from the template; providers whose
+	// kubelet registers it apply the labels and taints through the kubelet.
+	Template *corev1.Node
+}
+
+// Instance is a node a provider made.
+type Instance struct {
+	// ProviderID is unique per provider, e.g. kwok://<cluster>/<node>.
+	ProviderID string
+	// NodeName is the Node's name in the tenant cluster.
+	NodeName string
+	// MachineName is the Machine the instance was made for.
+	MachineName string
+}
+
+// Provider makes and removes worker nodes of tenant clusters.
+type Provider interface {
+	// Name returns the provider's name (fkev1.ProviderName).
+	Name() fkev1.ProviderName
+	// Create makes a node for spec in cluster. Idempotent: a second call for
+	// the same MachineName returns the existing instance. It returns without
+	// waiting for the node to be Ready. Errors: *InsufficientCapacityError when
+	// the provider cannot make the type now.
+	Create(ctx context.Context, cluster Cluster, spec NodeSpec) (Instance, error)
+	// Delete removes the instance (and its Node). Idempotent: deleting a gone
+	// instance returns a *NotFoundError, which callers treat as success.
+	Delete(ctx context.Context, cluster Cluster, providerID string) error
+	// Get returns the instance with providerID, or a *NotFoundError.
+	Get(ctx context.Context, cluster Cluster, providerID string) (Instance, error)
+	// List returns every instance the provider made in cluster.
+	List(ctx context.Context, cluster Cluster) ([]Instance, error)
+	// InstanceTypes filters the catalog to the types this provider can make.
+	InstanceTypes(ctx context.Context, catalog []fkev1.InstanceType) ([]fkev1.InstanceType, error)
+	// Release stops whatever the provider runs for cluster (e.g. a kwok
+	// process) once the cluster is deleted. Idempotent.
+	Release(ctx context.Context, cluster Cluster) error
+}
+
+// NotFoundError says an instance does not exist.
+type NotFoundError struct{ ProviderID string }
+
+func (e *NotFoundError) Error() string { return fmt.Sprintf("instance %s not found", e.ProviderID) }
+
+// InsufficientCapacityError says the provider cannot make an instance type now.
+type InsufficientCapacityError struct {
+	InstanceType string
+	Reason       string
+}
+
+func (e *InsufficientCapacityError) Error() string {
+	return fmt.Sprintf("insufficient capacity for instance type %s: %s", e.InstanceType, e.Reason)
+}
+
+// IsNotFound reports whether err is or wraps a *NotFoundError.
+func IsNotFound(err error) bool {
+	var nf *NotFoundError
+	return errors.As(err, &nf)
+}
+
+// IsInsufficientCapacity reports whether err is or wraps an *InsufficientCapacityError.
+func IsInsufficientCapacity(err error) bool {
+	var ic *InsufficientCapacityError
+	return errors.As(err, &ic)
+}
