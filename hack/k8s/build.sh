@@ -7,6 +7,9 @@
 # file next to each binary records what it was built from.
 #
 # Usage: hack/k8s/build.sh [OUTPUT_DIR] [BINARY...]
+# With FKE_BIN_CACHE set to a directory, current binaries are copied from it
+# instead of being rebuilt, and new builds are copied into it (CI keeps it
+# outside the clone, so a fresh clone does not rebuild).
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
@@ -46,6 +49,14 @@ if [ ${#selected[@]} -eq 0 ]; then
   exit 2
 fi
 
+# save_to_cache NAME STAMP copies a current binary into $FKE_BIN_CACHE.
+save_to_cache() {
+  [ "$(cat "$FKE_BIN_CACHE/.$1.stamp" 2>/dev/null)" = "$2" ] && return 0
+  mkdir -p "$FKE_BIN_CACHE"
+  cp "$out/$1" "$FKE_BIN_CACHE/$1.tmp" && mv "$FKE_BIN_CACHE/$1.tmp" "$FKE_BIN_CACHE/$1"
+  echo "$2" >"$FKE_BIN_CACHE/.$1.stamp"
+}
+
 gover=$(go env GOVERSION)
 total=${#selected[@]}
 i=0
@@ -56,8 +67,16 @@ for entry in "${selected[@]}"; do
   moddir=$here/$dir
   # The stamp: the module's pinned dependencies, the toolchain and the flags.
   stamp=$( (cat "$moddir/go.sum"; echo "$gover $pkg $ldflags") | sha256sum | cut -d' ' -f1)
+  cache=${FKE_BIN_CACHE:-}
   if [ -x "$out/$name" ] && [ "$(cat "$out/.$name.stamp" 2>/dev/null)" = "$stamp" ]; then
     echo "[$i/$total] $name: up to date"
+    [ -z "$cache" ] || save_to_cache "$name" "$stamp"
+    continue
+  fi
+  if [ -n "$cache" ] && [ -x "$cache/$name" ] && [ "$(cat "$cache/.$name.stamp" 2>/dev/null)" = "$stamp" ]; then
+    cp "$cache/$name" "$out/$name.tmp" && mv "$out/$name.tmp" "$out/$name"
+    echo "$stamp" >"$out/.$name.stamp"
+    echo "[$i/$total] $name: copied from $cache"
     continue
   fi
   echo "[$i/$total] $name: building $pkg (this can take several minutes on an empty cache)"
@@ -67,6 +86,7 @@ for entry in "${selected[@]}"; do
   (cd "$moddir" && CGO_ENABLED=0 go build "${flags[@]}" -o "$out/$name.tmp" "$pkg")
   mv "$out/$name.tmp" "$out/$name"
   echo "$stamp" >"$out/.$name.stamp"
+  [ -z "$cache" ] || save_to_cache "$name" "$stamp"
   echo "[$i/$total] $name: built in $((SECONDS - t0))s"
 done
 echo "binaries in $out ($((SECONDS - start_all))s)"
