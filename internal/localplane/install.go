@@ -10,9 +10,15 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"k8s.io/apimachinery/pkg/runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	fkev1 "fke.dev/fke/api/v1alpha1"
 	"fke.dev/fke/config/crd"
+	"fke.dev/fke/internal/catalog"
 )
 
 // installAPI creates or updates the fke.dev CRDs and waits until they are served.
@@ -56,6 +62,25 @@ func installAPI(ctx context.Context, kubeconfig string) error {
 		})
 		if err != nil {
 			return fmt.Errorf("CRD %s not established: %w", want.Name, err)
+		}
+	}
+	return installCatalog(ctx, cfg)
+}
+
+// installCatalog creates the default instance types that are missing; it
+// never overwrites an operator's edits.
+func installCatalog(ctx context.Context, cfg *rest.Config) error {
+	scheme := runtime.NewScheme()
+	if err := fkev1.AddToScheme(scheme); err != nil {
+		return err
+	}
+	c, err := client.New(cfg, client.Options{Scheme: scheme})
+	if err != nil {
+		return err
+	}
+	for _, it := range catalog.Default() {
+		if err := c.Create(ctx, &it); err != nil && !apierrors.IsAlreadyExists(err) {
+			return fmt.Errorf("creating instance type %s: %w", it.Name, err)
 		}
 	}
 	return nil
