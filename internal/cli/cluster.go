@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -50,9 +51,10 @@ func newClusterCreateCmd(g *globals) *cobra.Command {
 		version string
 		wait    bool
 		timeout time.Duration
+		pools   []string
 	)
 	cmd := &cobra.Command{
-		Use:   "create NAME",
+		Use:   "create NAME [--nodepool name=gpu,type=gpu-h100x8,replicas=2]",
 		Short: "Create a tenant cluster with its own control plane",
 		Args:  exactArgs(1, "NAME"),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -60,9 +62,23 @@ func newClusterCreateCmd(g *globals) *cobra.Command {
 			if err := validateName("cluster", name); err != nil {
 				return err
 			}
+			var nps []*fkev1.NodePool
+			for _, spec := range pools {
+				np, err := parsePoolShortcut(g.namespace, name, spec)
+				if err != nil {
+					return err
+				}
+				nps = append(nps, np)
+			}
 			c, err := g.client()
 			if err != nil {
 				return err
+			}
+			for _, np := range nps {
+				it := &fkev1.InstanceType{}
+				if err := c.Get(cmd.Context(), client.ObjectKey{Name: np.Spec.InstanceType}, it); err != nil {
+					return fmt.Errorf("node pool %s: instance type %q not found: list them with `fke instancetypes`", np.Name, np.Spec.InstanceType)
+				}
 			}
 			cl := &fkev1.Cluster{
 				ObjectMeta: metav1.ObjectMeta{Namespace: g.namespace, Name: name},
@@ -72,6 +88,12 @@ func newClusterCreateCmd(g *globals) *cobra.Command {
 				return explainCluster(err, name)
 			}
 			fmt.Fprintf(g.out, "cluster %s created\n", name)
+			for _, np := range nps {
+				if err := createPool(cmd.Context(), c, np); err != nil {
+					return err
+				}
+				fmt.Fprintf(g.out, "node pool %s/%s created\n", name, np.Name)
+			}
 			if !wait {
 				fmt.Fprintf(g.out, "watch it with `fke cluster get %s`\n", name)
 				return nil
@@ -79,12 +101,18 @@ func newClusterCreateCmd(g *globals) *cobra.Command {
 			if err := waitClusterReady(cmd.Context(), c, client.ObjectKeyFromObject(cl), timeout, g.out); err != nil {
 				return err
 			}
+			for _, np := range nps {
+				if err := waitPoolReady(cmd.Context(), c, client.ObjectKeyFromObject(np), timeout, g.out); err != nil {
+					return err
+				}
+			}
 			fmt.Fprintf(g.out, "cluster %s is ready; get its kubeconfig with `fke kubeconfig %s`\n", name, name)
 			return nil
 		},
 	}
 	cmd.Flags().StringVar(&version, "version", cluster.SupportedVersion, "Kubernetes version of the control plane")
-	cmd.Flags().BoolVar(&wait, "wait", false, "wait until the cluster is Ready")
+	cmd.Flags().BoolVar(&wait, "wait", false, "wait until the cluster (and its node pools) are Ready")
+	cmd.Flags().StringArrayVar(&pools, "nodepool", nil, "add a node pool: name=N,type=T,replicas=R or name=N,type=T,min=A,max=B (repeatable)")
 	cmd.Flags().DurationVar(&timeout, "timeout", 5*time.Minute, "how long --wait waits")
 	return cmd
 }
@@ -201,7 +229,86 @@ func describeCluster(ctx context.Context, c client.Client, cl *fkev1.Cluster, ou
 	if err := tw.Flush(); err != nil {
 		return err
 	}
+	var pools fkev1.NodePoolList
+	if err := c.List(ctx, &pools, client.InNamespace(cl.Namespace)); err == nil {
+		var mine []fkev1.NodePool
+		for _, np := range pools.Items {
+			if np.Spec.ClusterName == cl.Name {
+				mine = append(mine, np)
+			}
+		}
+		fmt.Fprintln(out, "\nNode pools:")
+		if len(mine) == 0 {
+			fmt.Fprintln(out, "  <none>: add one with `fke nodepool create "+cl.Name+"/NAME --instance-type TYPE`")
+		} else {
+			var capacity, used int64
+			for _, np := range mine {
+				capacity += np.Status.GPUCapacity
+				used += np.Status.GPUAllocated
+			}
+			if err := printPools(out, mine, false); err != nil {
+				return err
+			}
+			fmt.Fprintf(out, "GPUs: %d allocatable, %d allocated to pods\n\n", capacity, used)
+			if err := printMachines(ctx, c, cl.Namespace, client.MatchingLabels{fkev1.LabelCluster: cl.Name}, out); err != nil {
+				return err
+			}
+		}
+	}
 	return printEvents(ctx, c, cl.Namespace, "Cluster", cl.Name, out)
+}
+
+// parsePoolShortcut parses name=gpu,type=gpu-h100x8,replicas=2 (or min=,max=).
+func parsePoolShortcut(namespace, clusterName, spec string) (*fkev1.NodePool, error) {
+	var o poolOptions
+	var name string
+	var replicasSet, minSet, maxSet bool
+	for _, part := range strings.Split(spec, ",") {
+		k, v, ok := strings.Cut(part, "=")
+		if !ok {
+			return nil, fmt.Errorf("--nodepool %q: %q must be KEY=VALUE", spec, part)
+		}
+		num := func() (int32, error) {
+			n, err := strconv.ParseInt(v, 10, 32)
+			if err != nil {
+				return 0, fmt.Errorf("--nodepool %q: %s must be a number", spec, k)
+			}
+			return int32(n), nil
+		}
+		var err error
+		switch k {
+		case "name":
+			name = v
+		case "type", "instance-type":
+			o.instanceType = v
+		case "provider":
+			o.provider = v
+		case "replicas":
+			o.replicas, err = num()
+			replicasSet = true
+		case "min":
+			o.min, err = num()
+			minSet = true
+		case "max":
+			o.max, err = num()
+			maxSet = true
+		default:
+			return nil, fmt.Errorf("--nodepool %q: unknown key %q (use name, type, replicas, min, max, provider)", spec, k)
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
+	if err := validateName("node pool", name); err != nil {
+		return nil, fmt.Errorf("--nodepool %q: %w", spec, err)
+	}
+	if o.provider == "" {
+		o.provider = string(fkev1.ProviderKwok)
+	}
+	if !replicasSet && !minSet && !maxSet {
+		o.replicas, replicasSet = 1, true
+	}
+	return buildPool(namespace, clusterName, name, o, replicasSet, minSet, maxSet)
 }
 
 // printEvents lists the latest events about one object.

@@ -22,7 +22,12 @@ import (
 	fkev1 "fke.dev/fke/api/v1alpha1"
 	"fke.dev/fke/internal/binaries"
 	"fke.dev/fke/internal/controller/cluster"
+	"fke.dev/fke/internal/controller/machine"
+	"fke.dev/fke/internal/controller/nodepool"
 	"fke.dev/fke/internal/controlplane/local"
+	"fke.dev/fke/internal/nodeprovider"
+	"fke.dev/fke/internal/nodeprovider/kwok"
+	"fke.dev/fke/internal/tenant"
 )
 
 // Options configure the manager.
@@ -96,11 +101,38 @@ func Run(ctx context.Context, opts Options) error {
 		}
 	}()
 
+	kwokProvider := kwok.New(kwok.Options{DataDir: filepath.Join(opts.DataDir, "clusters"), Binaries: opts.Binaries, Logger: log.With("component", "kwok")})
+	providers := map[fkev1.ProviderName]nodeprovider.Provider{fkev1.ProviderKwok: kwokProvider}
+	defer func() {
+		stopCtx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if err := kwokProvider.StopAll(stopCtx); err != nil {
+			log.Error("stopping kwok", "error", err)
+		}
+	}()
+	tenants := tenant.NewRegistry(Scheme(), cluster.KubeconfigReader(mgr.GetClient()), log.With("component", "tenants"))
+	defer tenants.Close()
+
+	machines := &machine.Reconciler{
+		Client: mgr.GetClient(), Tenants: tenants, Providers: providers, Recorder: mgr.GetEventRecorder("fke-machine"),
+	}
+	pools := &nodepool.Reconciler{Client: mgr.GetClient(), Tenants: tenants, Recorder: mgr.GetEventRecorder("fke-nodepool")}
+	if err := machines.SetupWithManager(mgr); err != nil {
+		return fmt.Errorf("setting up machine controller: %w", err)
+	}
+	if err := pools.SetupWithManager(mgr); err != nil {
+		return fmt.Errorf("setting up node pool controller: %w", err)
+	}
+	tenants.AddNodeHandler(machines.NodeHandler)
+	tenants.AddNodeHandler(pools.NodeHandler)
+
 	if err := (&cluster.Reconciler{
 		Client:    mgr.GetClient(),
 		Runtime:   rt,
 		Recorder:  mgr.GetEventRecorder("fke-cluster"),
 		Versioner: ServerVersion,
+		Tenants:   tenants,
+		Providers: providers,
 	}).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up cluster controller: %w", err)
 	}

@@ -22,6 +22,8 @@ import (
 
 	fkev1 "fke.dev/fke/api/v1alpha1"
 	"fke.dev/fke/internal/controlplane"
+	"fke.dev/fke/internal/nodeprovider"
+	"fke.dev/fke/internal/tenant"
 )
 
 // SupportedVersion is the Kubernetes version of the upstream binaries fke runs.
@@ -41,6 +43,10 @@ type Reconciler struct {
 	Recorder events.EventRecorder
 	// Versioner reads the version a ready API server reports; nil skips it.
 	Versioner func(ctx context.Context, endpoint string, kubeconfig []byte) (string, error)
+	// Tenants is disconnected from a deleted cluster; nil skips it.
+	Tenants *tenant.Registry
+	// Providers release what they run for a deleted cluster (kwok processes).
+	Providers map[fkev1.ProviderName]nodeprovider.Provider
 
 	portsMu sync.Mutex // serialises port allocation across clusters
 }
@@ -67,7 +73,11 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.
 	}
 
 	if !cl.DeletionTimestamp.IsZero() {
-		return ctrl.Result{}, r.finalize(ctx, cl)
+		waiting, err := r.finalize(ctx, cl)
+		if waiting {
+			return ctrl.Result{RequeueAfter: 500 * time.Millisecond}, err
+		}
+		return ctrl.Result{}, err
 	}
 	if controllerutil.AddFinalizer(cl, fkev1.ClusterFinalizer) {
 		if err := r.Client.Update(ctx, cl); err != nil {
@@ -142,10 +152,12 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.
 	return ctrl.Result{RequeueAfter: requeueReady}, nil
 }
 
-// finalize stops the control plane, removes its data and Secrets, then the finalizer.
-func (r *Reconciler) finalize(ctx context.Context, cl *fkev1.Cluster) error {
+// finalize removes the cluster's node pools, stops the control plane, removes
+// its data and Secrets, then the finalizer. waiting reports that node pools
+// or machines are still going away.
+func (r *Reconciler) finalize(ctx context.Context, cl *fkev1.Cluster) (waiting bool, err error) {
 	if !controllerutil.ContainsFinalizer(cl, fkev1.ClusterFinalizer) {
-		return nil
+		return false, nil
 	}
 	key := client.ObjectKeyFromObject(cl).String()
 	if cl.Status.Phase != "Deleting" {
@@ -155,24 +167,27 @@ func (r *Reconciler) finalize(ctx context.Context, cl *fkev1.Cluster) error {
 			Message: "control plane is being deleted", ObservedGeneration: cl.Generation,
 		})
 		if err := r.Client.Status().Update(ctx, cl); err != nil && !apierrors.IsNotFound(err) {
-			return fmt.Errorf("marking cluster deleting: %w", err)
+			return false, fmt.Errorf("marking cluster deleting: %w", err)
 		}
+	}
+	if done, err := r.removeWorkers(ctx, cl); err != nil || !done {
+		return !done, err
 	}
 	if err := r.Runtime.Delete(ctx, key); err != nil {
 		r.Recorder.Eventf(cl, nil, corev1.EventTypeWarning, "DeleteFailed", "Delete", "deleting control plane: %v", err)
-		return fmt.Errorf("deleting control plane %s: %w", key, err)
+		return false, fmt.Errorf("deleting control plane %s: %w", key, err)
 	}
 	for _, name := range []string{pkiSecretName(cl.Name), kubeconfigSecretName(cl.Name)} {
 		s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: cl.Namespace, Name: name}}
 		if err := r.Client.Delete(ctx, s); err != nil && !apierrors.IsNotFound(err) {
-			return fmt.Errorf("deleting secret %s: %w", name, err)
+			return false, fmt.Errorf("deleting secret %s: %w", name, err)
 		}
 	}
 	controllerutil.RemoveFinalizer(cl, fkev1.ClusterFinalizer)
 	if err := r.Client.Update(ctx, cl); err != nil && !apierrors.IsNotFound(err) {
-		return fmt.Errorf("removing finalizer: %w", err)
+		return false, fmt.Errorf("removing finalizer: %w", err)
 	}
-	return nil
+	return false, nil
 }
 
 func (r *Reconciler) patchStatus(ctx context.Context, before, after *fkev1.Cluster) error {

@@ -1,0 +1,92 @@
+package cluster
+
+import (
+	"context"
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+
+	fkev1 "fke.dev/fke/api/v1alpha1"
+	"fke.dev/fke/internal/nodeprovider"
+	"fke.dev/fke/internal/tenant"
+)
+
+// removeWorkers deletes the cluster's NodePools and Machines (dropping their
+// finalizers: the nodes go with the control plane), releases what the
+// providers run for the cluster and disconnects from it. done is false while
+// objects remain.
+func (r *Reconciler) removeWorkers(ctx context.Context, cl *fkev1.Cluster) (done bool, err error) {
+	sel := client.MatchingLabels{fkev1.LabelCluster: cl.Name}
+	var pools fkev1.NodePoolList
+	if err := r.Client.List(ctx, &pools, client.InNamespace(cl.Namespace)); err != nil {
+		return false, fmt.Errorf("listing node pools: %w", err)
+	}
+	var machines fkev1.MachineList
+	if err := r.Client.List(ctx, &machines, client.InNamespace(cl.Namespace), sel); err != nil {
+		return false, fmt.Errorf("listing machines: %w", err)
+	}
+	var objs []client.Object
+	for i := range pools.Items {
+		if pools.Items[i].Spec.ClusterName == cl.Name {
+			objs = append(objs, &pools.Items[i])
+		}
+	}
+	for i := range machines.Items {
+		objs = append(objs, &machines.Items[i])
+	}
+	for _, o := range objs {
+		if err := r.Client.Delete(ctx, o); err != nil && !apierrors.IsNotFound(err) {
+			return false, fmt.Errorf("deleting %s: %w", o.GetName(), err)
+		}
+		if controllerutil.RemoveFinalizer(o, fkev1.NodePoolFinalizer) || controllerutil.RemoveFinalizer(o, fkev1.MachineFinalizer) {
+			if err := r.Client.Update(ctx, o); err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+				return false, fmt.Errorf("releasing %s: %w", o.GetName(), err)
+			}
+		}
+	}
+	if len(objs) > 0 {
+		return false, nil
+	}
+	key := client.ObjectKeyFromObject(cl).String()
+	for name, p := range r.Providers {
+		if err := p.Release(ctx, nodeprovider.Cluster{Key: key, Name: cl.Name}); err != nil {
+			return false, fmt.Errorf("releasing provider %s: %w", name, err)
+		}
+	}
+	if r.Tenants != nil {
+		r.Tenants.Forget(key)
+	}
+	return true, nil
+}
+
+// KubeconfigReader reads tenant admin kubeconfigs from their Secrets.
+func KubeconfigReader(c client.Client) tenant.KubeconfigSource {
+	return func(ctx context.Context, key string) ([]byte, error) {
+		obj, err := parseKey(key)
+		if err != nil {
+			return nil, err
+		}
+		s := &corev1.Secret{}
+		if err := c.Get(ctx, client.ObjectKey{Namespace: obj.Namespace, Name: kubeconfigSecretName(obj.Name)}, s); err != nil {
+			return nil, fmt.Errorf("kubeconfig of cluster %s: %w", key, err)
+		}
+		data := s.Data[KubeconfigKey]
+		if len(data) == 0 {
+			return nil, fmt.Errorf("kubeconfig of cluster %s is empty", key)
+		}
+		return data, nil
+	}
+}
+
+func parseKey(key string) (types.NamespacedName, error) {
+	for i := 0; i < len(key); i++ {
+		if key[i] == '/' && i > 0 && i < len(key)-1 {
+			return types.NamespacedName{Namespace: key[:i], Name: key[i+1:]}, nil
+		}
+	}
+	return types.NamespacedName{}, fmt.Errorf("cluster key %q is not namespace/name", key)
+}

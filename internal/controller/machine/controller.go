@@ -1,0 +1,230 @@
+// Package machine reconciles Machine objects: it asks the node provider for
+// an instance, follows the Node until it is Ready with its GPUs allocatable,
+// and on deletion cordons and drains the Node through the eviction API before
+// the instance is removed.
+package machine
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/equality"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/events"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/source"
+
+	fkev1 "fke.dev/fke/api/v1alpha1"
+	"fke.dev/fke/internal/nodeprovider"
+	"fke.dev/fke/internal/nodetemplate"
+	"fke.dev/fke/internal/tenant"
+)
+
+// AnnotationMachine on a Node names its Machine ("namespace/name").
+const AnnotationMachine = "fke.dev/machine"
+
+const (
+	requeueNotReady = 2 * time.Second
+	requeueReady    = 60 * time.Second
+	// DefaultDrainTimeout bounds how long a Node is drained before its pods are deleted.
+	DefaultDrainTimeout = 2 * time.Minute
+)
+
+// Reconciler reconciles Machines.
+type Reconciler struct {
+	Client    client.Client
+	Tenants   *tenant.Registry
+	Providers map[fkev1.ProviderName]nodeprovider.Provider
+	Recorder  events.EventRecorder
+	// DrainTimeout bounds draining (default DefaultDrainTimeout).
+	DrainTimeout time.Duration
+	// NodeEvents receives Node changes from tenant clusters (see NodeHandler).
+	NodeEvents chan event.GenericEvent
+}
+
+// SetupWithManager registers the controller.
+func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
+	if r.NodeEvents == nil {
+		r.NodeEvents = make(chan event.GenericEvent, 4096)
+	}
+	return ctrl.NewControllerManagedBy(mgr).
+		For(&fkev1.Machine{}).
+		Named("machine").
+		WithOptions(controller.Options{MaxConcurrentReconciles: 16}).
+		WatchesRawSource(source.Channel(r.NodeEvents, &handler.EnqueueRequestForObject{})).
+		Complete(r)
+}
+
+// NodeHandler turns a tenant Node change into a reconcile of its Machine.
+func (r *Reconciler) NodeHandler(_ string, node *corev1.Node) {
+	ns, name, ok := splitKey(node.Annotations[AnnotationMachine])
+	if !ok {
+		return
+	}
+	m := &fkev1.Machine{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}}
+	select {
+	case r.NodeEvents <- event.GenericEvent{Object: m}:
+	default: // full: the periodic requeue catches up
+	}
+}
+
+// Reconcile brings one Machine to its spec.
+func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.Result, err error) {
+	m := &fkev1.Machine{}
+	if err := r.Client.Get(ctx, req.NamespacedName, m); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	cl := &fkev1.Cluster{}
+	clusterErr := r.Client.Get(ctx, client.ObjectKey{Namespace: m.Namespace, Name: m.Spec.ClusterName}, cl)
+	if clusterErr != nil && !apierrors.IsNotFound(clusterErr) {
+		return ctrl.Result{}, clusterErr
+	}
+	clusterGone := apierrors.IsNotFound(clusterErr) || !cl.DeletionTimestamp.IsZero()
+
+	if !m.DeletionTimestamp.IsZero() {
+		return r.finalize(ctx, m, clusterGone)
+	}
+	if controllerutil.AddFinalizer(m, fkev1.MachineFinalizer) {
+		if err := r.Client.Update(ctx, m); err != nil {
+			return ctrl.Result{}, fmt.Errorf("adding finalizer: %w", err)
+		}
+	}
+	before := m.DeepCopy()
+	defer func() {
+		if equality.Semantic.DeepEqual(before.Status, m.Status) {
+			return
+		}
+		if perr := r.Client.Status().Patch(ctx, m, client.MergeFrom(before)); perr != nil && err == nil && !apierrors.IsNotFound(perr) {
+			err = fmt.Errorf("patching machine status: %w", perr)
+		}
+	}()
+
+	if clusterGone {
+		setCondition(m, fkev1.ConditionReady, metav1.ConditionFalse, fkev1.ReasonClusterNotReady, "cluster "+m.Spec.ClusterName+" does not exist")
+		return ctrl.Result{RequeueAfter: requeueNotReady}, nil
+	}
+	if !meta.IsStatusConditionTrue(cl.Status.Conditions, fkev1.ConditionReady) {
+		setCondition(m, fkev1.ConditionReady, metav1.ConditionFalse, fkev1.ReasonClusterNotReady, "waiting for cluster "+cl.Name+" to be ready")
+		if m.Status.Phase == "" {
+			m.Status.Phase = fkev1.MachinePending
+		}
+		return ctrl.Result{RequeueAfter: requeueNotReady}, nil
+	}
+	it := &fkev1.InstanceType{}
+	if err := r.Client.Get(ctx, client.ObjectKey{Name: m.Spec.InstanceType}, it); err != nil {
+		return r.fail(m, fkev1.ReasonInvalidSpec, fmt.Sprintf("instance type %s: %v", m.Spec.InstanceType, err)), nil
+	}
+	provider, ok := r.Providers[m.Spec.Provider]
+	if !ok {
+		return r.fail(m, fkev1.ReasonInvalidSpec, fmt.Sprintf("provider %q is not available", m.Spec.Provider)), nil
+	}
+	t, err := r.Tenants.Get(ctx, client.ObjectKeyFromObject(cl).String())
+	if err != nil {
+		setCondition(m, fkev1.ConditionReady, metav1.ConditionUnknown, fkev1.ReasonInternalError, err.Error())
+		return ctrl.Result{}, err
+	}
+	pc := ProviderCluster(cl, t)
+
+	if m.Status.ProviderID == "" {
+		if res, done := r.provision(ctx, m, cl, it, provider, pc); done {
+			return res, nil
+		}
+	}
+	return r.observe(ctx, m, it, t)
+}
+
+// provision asks the provider for the instance; done reports that Reconcile should return res.
+func (r *Reconciler) provision(ctx context.Context, m *fkev1.Machine, cl *fkev1.Cluster, it *fkev1.InstanceType, p nodeprovider.Provider, pc nodeprovider.Cluster) (ctrl.Result, bool) {
+	pool := &fkev1.NodePool{}
+	if err := r.Client.Get(ctx, client.ObjectKey{Namespace: m.Namespace, Name: m.Spec.NodePoolName}, pool); err != nil {
+		return r.fail(m, fkev1.ReasonInvalidSpec, fmt.Sprintf("node pool %s: %v", m.Spec.NodePoolName, err)), true
+	}
+	tmpl := nodetemplate.Build(pool, it, m.Name)
+	if tmpl.Annotations == nil {
+		tmpl.Annotations = map[string]string{}
+	}
+	tmpl.Annotations[AnnotationMachine] = m.Namespace + "/" + m.Name
+	m.Status.Phase = fkev1.MachineProvisioning
+	inst, err := p.Create(ctx, pc, nodeprovider.NodeSpec{MachineName: m.Name, InstanceType: it, Template: tmpl})
+	if err != nil {
+		if nodeprovider.IsInsufficientCapacity(err) {
+			setCondition(m, fkev1.ConditionProvisioned, metav1.ConditionFalse, "InsufficientCapacity", err.Error())
+			m.Status.Phase = fkev1.MachineFailed
+			r.Recorder.Eventf(m, nil, corev1.EventTypeWarning, "InsufficientCapacity", "Provision", "%v", err)
+			return ctrl.Result{}, true
+		}
+		setCondition(m, fkev1.ConditionProvisioned, metav1.ConditionUnknown, fkev1.ReasonInternalError, err.Error())
+		r.Recorder.Eventf(m, nil, corev1.EventTypeWarning, "ProvisionFailed", "Provision", "%v", err)
+		return ctrl.Result{RequeueAfter: requeueNotReady}, true
+	}
+	m.Status.ProviderID, m.Status.NodeName = inst.ProviderID, inst.NodeName
+	setCondition(m, fkev1.ConditionProvisioned, metav1.ConditionTrue, fkev1.ReasonReady, "instance "+inst.ProviderID)
+	r.Recorder.Eventf(m, nil, corev1.EventTypeNormal, "Provisioned", "Provision", "created %s as node %s in cluster %s", inst.ProviderID, inst.NodeName, cl.Name)
+	return ctrl.Result{}, false
+}
+
+// observe sets Registered, GPUReady and Ready from the Node.
+func (r *Reconciler) observe(ctx context.Context, m *fkev1.Machine, it *fkev1.InstanceType, t *tenant.Tenant) (ctrl.Result, error) {
+	node := &corev1.Node{}
+	err := t.Client.Get(ctx, client.ObjectKey{Name: m.Status.NodeName}, node)
+	if err != nil && !apierrors.IsNotFound(err) {
+		return ctrl.Result{}, err
+	}
+	st := Observe(node, apierrors.IsNotFound(err), nodetemplate.GPUCount(it))
+	m.Status.GPUAllocatable = st.GPUAllocatable
+	setCondition(m, fkev1.ConditionRegistered, st.Registered.Status, st.Registered.Reason, st.Registered.Message)
+	setCondition(m, fkev1.ConditionGPUReady, st.GPUReady.Status, st.GPUReady.Reason, st.GPUReady.Message)
+	if st.Ready() {
+		if m.Status.Phase != fkev1.MachineRunning {
+			r.Recorder.Eventf(m, nil, corev1.EventTypeNormal, "Ready", "Observe", "node %s is ready with %d GPUs allocatable", m.Status.NodeName, st.GPUAllocatable)
+		}
+		m.Status.Phase = fkev1.MachineRunning
+		setCondition(m, fkev1.ConditionReady, metav1.ConditionTrue, fkev1.ReasonReady, "node is ready")
+		return ctrl.Result{RequeueAfter: requeueReady}, nil
+	}
+	m.Status.Phase = fkev1.MachineProvisioning
+	msg := st.Registered.Message
+	if st.Registered.Status == metav1.ConditionTrue {
+		msg = st.GPUReady.Message
+	}
+	setCondition(m, fkev1.ConditionReady, metav1.ConditionFalse, fkev1.ReasonProvisioning, msg)
+	return ctrl.Result{RequeueAfter: requeueNotReady}, nil
+}
+
+func (r *Reconciler) fail(m *fkev1.Machine, reason, msg string) ctrl.Result {
+	m.Status.Phase = fkev1.MachineFailed
+	setCondition(m, fkev1.ConditionReady, metav1.ConditionFalse, reason, msg)
+	r.Recorder.Eventf(m, nil, corev1.EventTypeWarning, reason, "Provision", "%s", msg)
+	return ctrl.Result{RequeueAfter: 30 * time.Second}
+}
+
+// ProviderCluster describes a tenant cluster to a node provider.
+func ProviderCluster(cl *fkev1.Cluster, t *tenant.Tenant) nodeprovider.Cluster {
+	return nodeprovider.Cluster{Key: client.ObjectKeyFromObject(cl).String(), Name: cl.Name, Config: t.Config, PodCIDR: cl.Spec.Network.PodCIDR}
+}
+
+func setCondition(m *fkev1.Machine, t string, s metav1.ConditionStatus, reason, msg string) {
+	meta.SetStatusCondition(&m.Status.Conditions, metav1.Condition{Type: t, Status: s, Reason: reason, Message: msg, ObservedGeneration: m.Generation})
+}
+
+func splitKey(key string) (ns, name string, ok bool) {
+	for i := 0; i < len(key); i++ {
+		if key[i] == '/' {
+			return key[:i], key[i+1:], i > 0 && i < len(key)-1
+		}
+	}
+	return "", "", false
+}
+
+
+
+func isNotFound(err error) bool { return nodeprovider.IsNotFound(err) }

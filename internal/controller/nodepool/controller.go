@@ -1,0 +1,273 @@
+// Package nodepool reconciles NodePool objects: it keeps one Machine per
+// desired node, removes the cheapest nodes first when scaling down, and
+// replaces nodes made from an old template as a rolling update.
+package nodepool
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"sort"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/equality"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/events"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
+
+	fkev1 "fke.dev/fke/api/v1alpha1"
+	"fke.dev/fke/internal/tenant"
+)
+
+// Reconciler reconciles NodePools.
+type Reconciler struct {
+	Client   client.Client
+	Tenants  *tenant.Registry
+	Recorder events.EventRecorder
+	// NodeEvents receives tenant Node changes (see NodeHandler).
+	NodeEvents chan event.GenericEvent
+}
+
+// SetupWithManager registers the controller.
+func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
+	if r.NodeEvents == nil {
+		r.NodeEvents = make(chan event.GenericEvent, 4096)
+	}
+	return ctrl.NewControllerManagedBy(mgr).
+		For(&fkev1.NodePool{}).
+		Named("nodepool").
+		WithOptions(controller.Options{MaxConcurrentReconciles: 4}).
+		Watches(&fkev1.Machine{}, handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
+			m, ok := o.(*fkev1.Machine)
+			if !ok {
+				return nil
+			}
+			return []reconcile.Request{{NamespacedName: client.ObjectKey{Namespace: m.Namespace, Name: m.Spec.NodePoolName}}}
+		})).
+		WatchesRawSource(source.Channel(r.NodeEvents, &handler.EnqueueRequestForObject{})).
+		Complete(r)
+}
+
+// NodeHandler turns a tenant Node change into a reconcile of its pool.
+func (r *Reconciler) NodeHandler(clusterKey string, node *corev1.Node) {
+	pool := node.Labels[fkev1.LabelNodePool]
+	ns, _, ok := cutKey(clusterKey)
+	if pool == "" || !ok {
+		return
+	}
+	select {
+	case r.NodeEvents <- event.GenericEvent{Object: &fkev1.NodePool{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: pool}}}:
+	default:
+	}
+}
+
+// Reconcile brings one NodePool to its spec.
+func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.Result, err error) {
+	np := &fkev1.NodePool{}
+	if err := r.Client.Get(ctx, req.NamespacedName, np); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	machines, err := r.machines(ctx, np)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	if !np.DeletionTimestamp.IsZero() {
+		return r.finalize(ctx, np, machines)
+	}
+	if controllerutil.AddFinalizer(np, fkev1.NodePoolFinalizer) {
+		if err := r.Client.Update(ctx, np); err != nil {
+			return ctrl.Result{}, fmt.Errorf("adding finalizer: %w", err)
+		}
+	}
+	before := np.DeepCopy()
+	defer func() {
+		np.Status.ObservedGeneration = np.Generation
+		if equality.Semantic.DeepEqual(before.Status, np.Status) {
+			return
+		}
+		if perr := r.Client.Status().Patch(ctx, np, client.MergeFrom(before)); perr != nil && err == nil && !apierrors.IsNotFound(perr) {
+			err = fmt.Errorf("patching node pool status: %w", perr)
+		}
+	}()
+
+	desired := DesiredReplicas(np)
+	np.Status.DesiredReplicas = int32(desired)
+	np.Status.Selector = fkev1.LabelNodePool + "=" + np.Name
+
+	cl := &fkev1.Cluster{}
+	if err := r.Client.Get(ctx, client.ObjectKey{Namespace: np.Namespace, Name: np.Spec.ClusterName}, cl); err != nil {
+		if apierrors.IsNotFound(err) {
+			setCondition(np, metav1.ConditionFalse, fkev1.ReasonClusterNotReady, fmt.Sprintf("cluster %s does not exist", np.Spec.ClusterName))
+			return ctrl.Result{RequeueAfter: 5 * time.Second}, nil
+		}
+		return ctrl.Result{}, err
+	}
+	it := &fkev1.InstanceType{}
+	if err := r.Client.Get(ctx, client.ObjectKey{Name: np.Spec.InstanceType}, it); err != nil {
+		if apierrors.IsNotFound(err) {
+			msg := fmt.Sprintf("instance type %s does not exist: list them with `fke instancetypes`", np.Spec.InstanceType)
+			setCondition(np, metav1.ConditionFalse, fkev1.ReasonInvalidSpec, msg)
+			return ctrl.Result{RequeueAfter: 30 * time.Second}, nil
+		}
+		return ctrl.Result{}, err
+	}
+	if !meta.IsStatusConditionTrue(cl.Status.Conditions, fkev1.ConditionReady) {
+		setCondition(np, metav1.ConditionFalse, fkev1.ReasonClusterNotReady, "waiting for cluster "+cl.Name+" to be ready")
+		return ctrl.Result{RequeueAfter: 2 * time.Second}, nil
+	}
+	t, err := r.Tenants.Get(ctx, client.ObjectKeyFromObject(cl).String())
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	hash := TemplateHash(np)
+	usage, err := nodeUsage(ctx, t, machines)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	members := make([]Member, 0, len(machines))
+	var live []*fkev1.Machine
+	for _, m := range machines {
+		if !m.DeletionTimestamp.IsZero() {
+			continue
+		}
+		live = append(live, m)
+		u := usage[m.Status.NodeName]
+		members = append(members, Member{
+			Name: m.Name, Ready: meta.IsStatusConditionTrue(m.Status.Conditions, fkev1.ConditionReady),
+			Outdated: m.Spec.TemplateHash != hash, Pods: u.pods, Utilization: u.utilization,
+			CreatedUnix: m.CreationTimestamp.Unix(),
+		})
+	}
+	plan := Decide(desired, members, np.Spec.Upgrade.MaxSurge, np.Spec.Upgrade.MaxUnavailable)
+	if err := r.apply(ctx, np, hash, plan, len(live), desired); err != nil {
+		return ctrl.Result{}, err
+	}
+	computeStatus(np, machines, usage, plan, desired)
+	if plan.Create > 0 || len(plan.Delete) > 0 || plan.Rolling || np.Status.ReadyReplicas != int32(desired) {
+		return ctrl.Result{RequeueAfter: 2 * time.Second}, nil
+	}
+	return ctrl.Result{RequeueAfter: time.Minute}, nil
+}
+
+func (r *Reconciler) apply(ctx context.Context, np *fkev1.NodePool, hash string, plan Plan, live, desired int) error {
+	for i := 0; i < plan.Create; i++ {
+		m := &fkev1.Machine{
+			ObjectMeta: metav1.ObjectMeta{
+				Namespace:    np.Namespace,
+				GenerateName: np.Name + "-",
+				Labels:       map[string]string{fkev1.LabelNodePool: np.Name, fkev1.LabelCluster: np.Spec.ClusterName},
+				OwnerReferences: []metav1.OwnerReference{*metav1.NewControllerRef(np, fkev1.GroupVersion.WithKind("NodePool"))},
+			},
+			Spec: fkev1.MachineSpec{
+				ClusterName: np.Spec.ClusterName, NodePoolName: np.Name, InstanceType: np.Spec.InstanceType,
+				Provider: np.Spec.Provider, TemplateHash: hash,
+			},
+		}
+		if err := r.Client.Create(ctx, m); err != nil {
+			return fmt.Errorf("creating machine: %w", err)
+		}
+	}
+	for _, name := range plan.Delete {
+		m := &fkev1.Machine{ObjectMeta: metav1.ObjectMeta{Namespace: np.Namespace, Name: name}}
+		if err := r.Client.Delete(ctx, m); err != nil && !apierrors.IsNotFound(err) {
+			return fmt.Errorf("deleting machine %s: %w", name, err)
+		}
+	}
+	switch {
+	case plan.Rolling && (plan.Create > 0 || len(plan.Delete) > 0):
+		r.Recorder.Eventf(np, nil, corev1.EventTypeNormal, "RollingUpdate", "Replace", "replacing nodes: %d created, %d removed (%v)", plan.Create, len(plan.Delete), plan.Delete)
+	case plan.Create > 0:
+		r.Recorder.Eventf(np, nil, corev1.EventTypeNormal, "ScaledUp", "Scale", "creating %d machines (%d → %d)", plan.Create, live, desired)
+	case len(plan.Delete) > 0:
+		r.Recorder.Eventf(np, nil, corev1.EventTypeNormal, "ScaledDown", "Scale", "removing machines %v (%d → %d)", plan.Delete, live, desired)
+	}
+	return nil
+}
+
+// finalize deletes the pool's machines and removes the finalizer once they are gone.
+func (r *Reconciler) finalize(ctx context.Context, np *fkev1.NodePool, machines []*fkev1.Machine) (ctrl.Result, error) {
+	if !controllerutil.ContainsFinalizer(np, fkev1.NodePoolFinalizer) {
+		return ctrl.Result{}, nil
+	}
+	for _, m := range machines {
+		if m.DeletionTimestamp.IsZero() {
+			if err := r.Client.Delete(ctx, m); err != nil && !apierrors.IsNotFound(err) {
+				return ctrl.Result{}, fmt.Errorf("deleting machine %s: %w", m.Name, err)
+			}
+		}
+	}
+	if len(machines) > 0 {
+		return ctrl.Result{RequeueAfter: time.Second}, nil
+	}
+	controllerutil.RemoveFinalizer(np, fkev1.NodePoolFinalizer)
+	if err := r.Client.Update(ctx, np); err != nil && !apierrors.IsNotFound(err) {
+		return ctrl.Result{}, fmt.Errorf("removing finalizer: %w", err)
+	}
+	return ctrl.Result{}, nil
+}
+
+func (r *Reconciler) machines(ctx context.Context, np *fkev1.NodePool) ([]*fkev1.Machine, error) {
+	var list fkev1.MachineList
+	if err := r.Client.List(ctx, &list, client.InNamespace(np.Namespace), client.MatchingLabels{fkev1.LabelNodePool: np.Name}); err != nil {
+		return nil, fmt.Errorf("listing machines: %w", err)
+	}
+	out := make([]*fkev1.Machine, 0, len(list.Items))
+	for i := range list.Items {
+		if list.Items[i].Spec.ClusterName == np.Spec.ClusterName {
+			out = append(out, &list.Items[i])
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out, nil
+}
+
+// DesiredReplicas is spec.replicas, or the autoscaling minimum when unset.
+func DesiredReplicas(np *fkev1.NodePool) int {
+	if np.Spec.Replicas != nil {
+		return int(*np.Spec.Replicas)
+	}
+	if np.Spec.Autoscaling != nil {
+		return int(np.Spec.Autoscaling.MinSize)
+	}
+	return 0
+}
+
+// TemplateHash identifies what a pool's nodes are made from; machines with
+// another hash are replaced by a rolling update.
+func TemplateHash(np *fkev1.NodePool) string {
+	data, _ := json.Marshal(struct {
+		InstanceType    string
+		Labels          map[string]string
+		Taints          []corev1.Taint
+		DisableGPUTaint bool
+	}{np.Spec.InstanceType, np.Spec.Labels, np.Spec.Taints, np.Spec.DisableGPUTaint})
+	sum := sha256.Sum256(data)
+	return hex.EncodeToString(sum[:])[:10]
+}
+
+func setCondition(np *fkev1.NodePool, s metav1.ConditionStatus, reason, msg string) {
+	meta.SetStatusCondition(&np.Status.Conditions, metav1.Condition{
+		Type: fkev1.ConditionReady, Status: s, Reason: reason, Message: msg, ObservedGeneration: np.Generation,
+	})
+}
+
+func cutKey(key string) (ns, name string, ok bool) {
+	for i := 0; i < len(key); i++ {
+		if key[i] == '/' {
+			return key[:i], key[i+1:], true
+		}
+	}
+	return "", "", false
+}

@@ -1,0 +1,106 @@
+package nodepool
+
+import (
+	"context"
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	fkev1 "fke.dev/fke/api/v1alpha1"
+	"fke.dev/fke/internal/controller/machine"
+	"fke.dev/fke/internal/nodetemplate"
+	"fke.dev/fke/internal/tenant"
+)
+
+// usage is what runs on one node.
+type usage struct {
+	pods        int // pods that would have to move
+	gpus        int64
+	utilization float64
+}
+
+// nodeUsage reads, from the tenant cache, the pods on each machine's node.
+func nodeUsage(ctx context.Context, t *tenant.Tenant, machines []*fkev1.Machine) (map[string]usage, error) {
+	out := make(map[string]usage, len(machines))
+	for _, m := range machines {
+		if m.Status.NodeName == "" {
+			continue
+		}
+		node := &corev1.Node{}
+		if err := t.Client.Get(ctx, client.ObjectKey{Name: m.Status.NodeName}, node); err != nil {
+			continue
+		}
+		var pods corev1.PodList
+		if err := t.Client.List(ctx, &pods, client.MatchingFields{tenant.PodNodeNameField: node.Name}); err != nil {
+			return nil, fmt.Errorf("listing pods on %s: %w", node.Name, err)
+		}
+		out[node.Name] = Usage(node, pods.Items)
+	}
+	return out, nil
+}
+
+// Usage computes a node's usage from its pods (pure).
+func Usage(node *corev1.Node, pods []corev1.Pod) usage {
+	var u usage
+	var cpu, mem int64
+	for i := range pods {
+		p := &pods[i]
+		if p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
+			continue
+		}
+		if machine.NeedsEviction(p) {
+			u.pods++
+		}
+		for _, c := range p.Spec.Containers {
+			cpu += c.Resources.Requests.Cpu().MilliValue()
+			mem += c.Resources.Requests.Memory().Value()
+			if q, ok := c.Resources.Limits[nodetemplate.ResourceGPU]; ok {
+				u.gpus += q.Value()
+			} else if q, ok := c.Resources.Requests[nodetemplate.ResourceGPU]; ok {
+				u.gpus += q.Value()
+			}
+		}
+	}
+	alloc := node.Status.Allocatable
+	frac := func(used, total int64) float64 {
+		if total <= 0 {
+			return 0
+		}
+		return float64(used) / float64(total)
+	}
+	u.utilization = max(frac(cpu, alloc.Cpu().MilliValue()), frac(mem, alloc.Memory().Value()))
+	if g, ok := alloc[nodetemplate.ResourceGPU]; ok {
+		u.utilization = max(u.utilization, frac(u.gpus, g.Value()))
+	}
+	return u
+}
+
+// computeStatus fills replicas, readiness, GPU capacity and allocation, and conditions.
+func computeStatus(np *fkev1.NodePool, machines []*fkev1.Machine, use map[string]usage, plan Plan, desired int) {
+	var replicas, ready int32
+	var capacity, allocated int64
+	for _, m := range machines {
+		if !m.DeletionTimestamp.IsZero() {
+			continue
+		}
+		replicas++
+		if meta.IsStatusConditionTrue(m.Status.Conditions, fkev1.ConditionReady) {
+			ready++
+		}
+		capacity += m.Status.GPUAllocatable
+		allocated += use[m.Status.NodeName].gpus
+	}
+	np.Status.Replicas, np.Status.ReadyReplicas = replicas, ready
+	np.Status.GPUCapacity, np.Status.GPUAllocated = capacity, allocated
+	switch {
+	case plan.Rolling:
+		setCondition(np, metav1.ConditionFalse, "RollingUpdate", fmt.Sprintf("replacing nodes: %d of %d ready", ready, desired))
+	case int(ready) == desired && int(replicas) == desired:
+		setCondition(np, metav1.ConditionTrue, fkev1.ReasonReady, fmt.Sprintf("%d of %d nodes ready", ready, desired))
+	default:
+		setCondition(np, metav1.ConditionFalse, fkev1.ReasonScaling, fmt.Sprintf("%d of %d nodes ready (%d machines)", ready, desired, replicas))
+	}
+}

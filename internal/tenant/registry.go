@@ -1,0 +1,186 @@
+// Package tenant gives fke's controllers cached access to tenant clusters:
+// one controller-runtime cluster (client + informer cache) per tenant, built
+// from its admin kubeconfig and kept until the tenant is forgotten.
+package tenant
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	toolscache "k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/clientcmd"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	crcluster "sigs.k8s.io/controller-runtime/pkg/cluster"
+)
+
+// PodNodeNameField indexes cached Pods by spec.nodeName:
+// client.MatchingFields{PodNodeNameField: node}.
+const PodNodeNameField = "spec.nodeName"
+
+// KubeconfigSource returns the admin kubeconfig of the tenant with key
+// ("namespace/name" of its Cluster), or an error while it has none.
+type KubeconfigSource func(ctx context.Context, key string) ([]byte, error)
+
+// NodeHandler is told about every change of a Node in a tenant cluster.
+type NodeHandler func(clusterKey string, node *corev1.Node)
+
+// Tenant is a connection to one tenant cluster.
+type Tenant struct {
+	Key string
+	// Config is the admin rest config.
+	Config *rest.Config
+	// Client reads from the cache (Nodes, Pods, PDBs, ...) and writes to the API server.
+	Client client.Client
+	// Cache is the informer cache behind Client.
+	Cache cache.Cache
+	// Clientset is a typed client (eviction, discovery).
+	Clientset kubernetes.Interface
+
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+// Registry holds one Tenant per tenant cluster.
+type Registry struct {
+	scheme     *runtime.Scheme
+	kubeconfig KubeconfigSource
+	onNode     []NodeHandler
+	log        *slog.Logger
+
+	mu      sync.Mutex
+	tenants map[string]*Tenant
+}
+
+// NewRegistry returns a Registry. Node handlers are attached to every tenant's Node informer.
+func NewRegistry(scheme *runtime.Scheme, kubeconfig KubeconfigSource, log *slog.Logger, onNode ...NodeHandler) *Registry {
+	return &Registry{scheme: scheme, kubeconfig: kubeconfig, onNode: onNode, log: log, tenants: map[string]*Tenant{}}
+}
+
+// AddNodeHandler attaches h to tenants connected from now on.
+func (r *Registry) AddNodeHandler(h NodeHandler) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.onNode = append(r.onNode, h)
+}
+
+// Get returns the Tenant of key, connecting (and syncing its Node cache) on
+// first use. Safe for concurrent use.
+func (r *Registry) Get(ctx context.Context, key string) (*Tenant, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if t, ok := r.tenants[key]; ok {
+		return t, nil
+	}
+	kc, err := r.kubeconfig(ctx, key)
+	if err != nil {
+		return nil, err
+	}
+	cfg, err := clientcmd.RESTConfigFromKubeConfig(kc)
+	if err != nil {
+		return nil, fmt.Errorf("kubeconfig of %s: %w", key, err)
+	}
+	cfg.QPS, cfg.Burst = 300, 600
+	cfg.Timeout = 30 * time.Second
+	cl, err := crcluster.New(cfg, func(o *crcluster.Options) {
+		o.Scheme = r.scheme
+		o.Cache.DefaultTransform = stripManagedFields
+	})
+	if err != nil {
+		return nil, fmt.Errorf("connecting to %s: %w", key, err)
+	}
+	if err := cl.GetFieldIndexer().IndexField(ctx, &corev1.Pod{}, PodNodeNameField, func(o client.Object) []string {
+		if p, ok := o.(*corev1.Pod); ok && p.Spec.NodeName != "" {
+			return []string{p.Spec.NodeName}
+		}
+		return nil
+	}); err != nil {
+		return nil, fmt.Errorf("indexing pods of %s: %w", key, err)
+	}
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	runCtx, cancel := context.WithCancel(context.Background())
+	t := &Tenant{Key: key, Config: cfg, Client: cl.GetClient(), Cache: cl.GetCache(), Clientset: cs, cancel: cancel, done: make(chan struct{})}
+	go func() {
+		defer close(t.done)
+		if err := cl.Start(runCtx); err != nil {
+			r.log.Error("tenant cache stopped", "cluster", key, "error", err)
+		}
+	}()
+	inf, err := t.Cache.GetInformer(ctx, &corev1.Node{})
+	if err != nil {
+		cancel()
+		return nil, fmt.Errorf("watching nodes of %s: %w", key, err)
+	}
+	handlers := append([]NodeHandler(nil), r.onNode...)
+	notify := func(obj any) {
+		if tomb, ok := obj.(toolscache.DeletedFinalStateUnknown); ok {
+			obj = tomb.Obj
+		}
+		if n, ok := obj.(*corev1.Node); ok {
+			for _, h := range handlers {
+				h(key, n)
+			}
+		}
+	}
+	if _, err := inf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
+		AddFunc:    notify,
+		UpdateFunc: func(_, n any) { notify(n) },
+		DeleteFunc: notify,
+	}); err != nil {
+		cancel()
+		return nil, err
+	}
+	syncCtx, syncCancel := context.WithTimeout(ctx, 30*time.Second)
+	defer syncCancel()
+	if !t.Cache.WaitForCacheSync(syncCtx) {
+		cancel()
+		return nil, fmt.Errorf("tenant %s: cache did not sync", key)
+	}
+	r.tenants[key] = t
+	r.log.Info("connected to tenant cluster", "cluster", key, "host", cfg.Host)
+	return t, nil
+}
+
+// Forget disconnects from the tenant of key. Idempotent.
+func (r *Registry) Forget(key string) {
+	r.mu.Lock()
+	t, ok := r.tenants[key]
+	delete(r.tenants, key)
+	r.mu.Unlock()
+	if ok {
+		t.cancel()
+		<-t.done
+	}
+}
+
+// Close disconnects from every tenant.
+func (r *Registry) Close() {
+	r.mu.Lock()
+	keys := make([]string, 0, len(r.tenants))
+	for k := range r.tenants {
+		keys = append(keys, k)
+	}
+	r.mu.Unlock()
+	for _, k := range keys {
+		r.Forget(k)
+	}
+}
+
+// stripManagedFields keeps cached objects small (30,000 pods).
+func stripManagedFields(obj any) (any, error) {
+	if m, ok := obj.(metav1.Object); ok {
+		m.SetManagedFields(nil)
+	}
+	return obj, nil
+}
