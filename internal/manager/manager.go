@@ -125,6 +125,7 @@ func Run(ctx context.Context, opts Options) error {
 	}
 	tenants.AddNodeHandler(machines.NodeHandler)
 	tenants.AddNodeHandler(pools.NodeHandler)
+	tenants.AddPodHandler(pools.PodHandler)
 
 	if err := (&cluster.Reconciler{
 		Client:    mgr.GetClient(),

@@ -33,6 +33,9 @@ type KubeconfigSource func(ctx context.Context, key string) ([]byte, error)
 // NodeHandler is told about every change of a Node in a tenant cluster.
 type NodeHandler func(clusterKey string, node *corev1.Node)
 
+// PodHandler is told about every change of a Pod in a tenant cluster.
+type PodHandler func(clusterKey string, pod *corev1.Pod)
+
 // Tenant is a connection to one tenant cluster.
 type Tenant struct {
 	Key string
@@ -54,6 +57,7 @@ type Registry struct {
 	scheme     *runtime.Scheme
 	kubeconfig KubeconfigSource
 	onNode     []NodeHandler
+	onPod      []PodHandler
 	log        *slog.Logger
 
 	mu      sync.Mutex
@@ -70,6 +74,13 @@ func (r *Registry) AddNodeHandler(h NodeHandler) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.onNode = append(r.onNode, h)
+}
+
+// AddPodHandler attaches h to tenants connected from now on.
+func (r *Registry) AddPodHandler(h PodHandler) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.onPod = append(r.onPod, h)
 }
 
 // Get returns the Tenant of key, connecting (and syncing its Node cache) on
@@ -117,29 +128,25 @@ func (r *Registry) Get(ctx context.Context, key string) (*Tenant, error) {
 			r.log.Error("tenant cache stopped", "cluster", key, "error", err)
 		}
 	}()
-	inf, err := t.Cache.GetInformer(ctx, &corev1.Node{})
-	if err != nil {
+	nodeHandlers := append([]NodeHandler(nil), r.onNode...)
+	if err := watch(ctx, t.Cache, &corev1.Node{}, func(n *corev1.Node) {
+		for _, h := range nodeHandlers {
+			h(key, n)
+		}
+	}); err != nil {
 		cancel()
 		return nil, fmt.Errorf("watching nodes of %s: %w", key, err)
 	}
-	handlers := append([]NodeHandler(nil), r.onNode...)
-	notify := func(obj any) {
-		if tomb, ok := obj.(toolscache.DeletedFinalStateUnknown); ok {
-			obj = tomb.Obj
-		}
-		if n, ok := obj.(*corev1.Node); ok {
-			for _, h := range handlers {
-				h(key, n)
+	if len(r.onPod) > 0 {
+		podHandlers := append([]PodHandler(nil), r.onPod...)
+		if err := watch(ctx, t.Cache, &corev1.Pod{}, func(p *corev1.Pod) {
+			for _, h := range podHandlers {
+				h(key, p)
 			}
+		}); err != nil {
+			cancel()
+			return nil, fmt.Errorf("watching pods of %s: %w", key, err)
 		}
-	}
-	if _, err := inf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
-		AddFunc:    notify,
-		UpdateFunc: func(_, n any) { notify(n) },
-		DeleteFunc: notify,
-	}); err != nil {
-		cancel()
-		return nil, err
 	}
 	syncCtx, syncCancel := context.WithTimeout(ctx, 30*time.Second)
 	defer syncCancel()
@@ -183,4 +190,26 @@ func stripManagedFields(obj any) (any, error) {
 		m.SetManagedFields(nil)
 	}
 	return obj, nil
+}
+
+// watch calls fn with every added, updated and deleted object of obj's kind.
+func watch[T client.Object](ctx context.Context, c cache.Cache, obj T, fn func(T)) error {
+	inf, err := c.GetInformer(ctx, obj)
+	if err != nil {
+		return err
+	}
+	notify := func(o any) {
+		if tomb, ok := o.(toolscache.DeletedFinalStateUnknown); ok {
+			o = tomb.Obj
+		}
+		if typed, ok := o.(T); ok {
+			fn(typed)
+		}
+	}
+	_, err = inf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
+		AddFunc:    notify,
+		UpdateFunc: func(_, n any) { notify(n) },
+		DeleteFunc: notify,
+	})
+	return err
 }

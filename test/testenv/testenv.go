@@ -16,10 +16,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"fke.dev/fke/internal/binaries"
 	"fke.dev/fke/internal/localplane"
@@ -48,6 +50,11 @@ func BinDir(t testing.TB) string {
 		t.Skipf("upstream binaries not built (run `make binaries`): %v", err)
 	}
 	return dir
+}
+
+func init() {
+	// controller-runtime's client logs through its global logger.
+	ctrllog.SetLogger(logr.Discard())
 }
 
 var (

@@ -73,6 +73,23 @@ func (r *Reconciler) NodeHandler(clusterKey string, node *corev1.Node) {
 	}
 }
 
+// PodHandler turns a change of a pod bound to a pool's node into a
+// reconcile of that pool (GPU allocation in its status).
+func (r *Reconciler) PodHandler(clusterKey string, pod *corev1.Pod) {
+	if pod.Spec.NodeName == "" {
+		return
+	}
+	t, err := r.Tenants.Get(context.Background(), clusterKey)
+	if err != nil {
+		return
+	}
+	node := &corev1.Node{}
+	if err := t.Client.Get(context.Background(), client.ObjectKey{Name: pod.Spec.NodeName}, node); err != nil {
+		return
+	}
+	r.NodeHandler(clusterKey, node)
+}
+
 // Reconcile brings one NodePool to its spec.
 func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.Result, err error) {
 	np := &fkev1.NodePool{}
