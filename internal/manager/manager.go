@@ -20,6 +20,7 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	fkev1 "fke.dev/fke/api/v1alpha1"
+	"fke.dev/fke/internal/autoscaler"
 	"fke.dev/fke/internal/binaries"
 	"fke.dev/fke/internal/controller/cluster"
 	"fke.dev/fke/internal/controller/machine"
@@ -126,6 +127,11 @@ func Run(ctx context.Context, opts Options) error {
 	tenants.AddNodeHandler(machines.NodeHandler)
 	tenants.AddNodeHandler(pools.NodeHandler)
 	tenants.AddPodHandler(pools.PodHandler)
+	scaler := &autoscaler.Reconciler{Client: mgr.GetClient(), Tenants: tenants, Recorder: mgr.GetEventRecorder("fke-autoscaler")}
+	if err := scaler.SetupWithManager(mgr); err != nil {
+		return fmt.Errorf("setting up autoscaler: %w", err)
+	}
+	tenants.AddPodHandler(scaler.PodHandler)
 
 	if err := (&cluster.Reconciler{
 		Client:    mgr.GetClient(),

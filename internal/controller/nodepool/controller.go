@@ -31,6 +31,10 @@ import (
 	"fke.dev/fke/internal/tenant"
 )
 
+// AnnotationScaleDown marks a Machine the autoscaler chose to remove (the
+// autoscaler package sets it); such machines are removed first.
+const AnnotationScaleDown = "fke.dev/scale-down"
+
 // Reconciler reconciles NodePools.
 type Reconciler struct {
 	Client   client.Client
@@ -164,7 +168,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.
 		members = append(members, Member{
 			Name: m.Name, Ready: meta.IsStatusConditionTrue(m.Status.Conditions, fkev1.ConditionReady),
 			Outdated: m.Spec.TemplateHash != hash, Pods: u.pods, Utilization: u.utilization,
-			CreatedUnix: m.CreationTimestamp.Unix(),
+			CreatedUnix: m.CreationTimestamp.Unix(), Marked: m.Annotations[AnnotationScaleDown] == "true",
 		})
 	}
 	plan := Decide(desired, members, np.Spec.Upgrade.MaxSurge, np.Spec.Upgrade.MaxUnavailable)

@@ -11,6 +11,8 @@ type Member struct {
 	Name     string
 	Ready    bool
 	Outdated bool // made from another template
+	// Marked by the autoscaler for removal: removed first when the pool shrinks.
+	Marked bool
 	// Pods is the number of pods that would have to move off its node
 	// (DaemonSet and mirror pods excluded).
 	Pods int
@@ -124,13 +126,16 @@ func scaled(v *intstr.IntOrString, total int, roundUp bool, def int) int {
 	return n
 }
 
-// removalOrder sorts members by how cheaply they are removed: not ready
-// first, then outdated, then those with no pods to move, then the least
+// removalOrder sorts members by how cheaply they are removed: marked by the
+// autoscaler first, then not ready, then outdated, then those with no pods to move, then the least
 // utilized, then the newest.
 func removalOrder(members []Member) []Member {
 	out := append([]Member(nil), members...)
 	sort.SliceStable(out, func(i, j int) bool {
 		a, b := out[i], out[j]
+		if a.Marked != b.Marked {
+			return a.Marked
+		}
 		if a.Ready != b.Ready {
 			return !a.Ready
 		}

@@ -1,0 +1,464 @@
+// Package autoscaler is fke's node autoscaler: Cluster Autoscaler semantics on
+// NodePools with autoscaling enabled. The controller here gathers the state of
+// a tenant cluster and acts on the plans of the pure decision code in decide/.
+package autoscaler
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/utils/clock"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
+
+	fkev1 "fke.dev/fke/api/v1alpha1"
+	"fke.dev/fke/internal/autoscaler/decide"
+	"fke.dev/fke/internal/controller/nodepool"
+	"fke.dev/fke/internal/tenant"
+)
+
+// AnnotationScaleDown marks a Machine the autoscaler chose to remove; the
+// NodePool controller removes marked machines first when the pool shrinks.
+const AnnotationScaleDown = nodepool.AnnotationScaleDown
+
+// Defaults documented in the README.
+const (
+	DefaultScanInterval     = 10 * time.Second
+	DefaultMaxProvisionTime = 15 * time.Minute
+	// Backoff of a pool whose scale-up failed, doubling up to MaxBackoff.
+	InitialBackoff = 30 * time.Second
+	MaxBackoff     = 10 * time.Minute
+)
+
+// Reconciler runs the autoscaler for each Cluster that has autoscaled pools.
+type Reconciler struct {
+	Client   client.Client
+	Tenants  *tenant.Registry
+	Recorder events.EventRecorder
+	Clock    clock.PassiveClock
+	// Events receives tenant pod changes (see PodHandler).
+	Events chan event.GenericEvent
+
+	mu     sync.Mutex
+	states map[string]*clusterState
+}
+
+// clusterState is what the autoscaler remembers between passes (not
+// persisted: a restart only restarts the unneeded timers).
+type clusterState struct {
+	unneededSince map[string]time.Time
+	backoffUntil  map[string]time.Time
+	backoffStep   map[string]time.Duration
+	podReasons    map[types.UID]string // last event reason+message sent per pod
+	measured      map[types.UID]bool   // pods whose decision latency was recorded
+}
+
+// SetupWithManager registers the controller.
+func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
+	if r.Clock == nil {
+		r.Clock = clock.RealClock{}
+	}
+	if r.Events == nil {
+		r.Events = make(chan event.GenericEvent, 4096)
+	}
+	r.states = map[string]*clusterState{}
+	toCluster := handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
+		var name string
+		switch v := o.(type) {
+		case *fkev1.NodePool:
+			name = v.Spec.ClusterName
+		case *fkev1.Machine:
+			name = v.Spec.ClusterName
+		}
+		if name == "" {
+			return nil
+		}
+		return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: o.GetNamespace(), Name: name}}}
+	})
+	return ctrl.NewControllerManagedBy(mgr).
+		For(&fkev1.Cluster{}).
+		Named("autoscaler").
+		Watches(&fkev1.NodePool{}, toCluster).
+		Watches(&fkev1.Machine{}, toCluster).
+		WatchesRawSource(source.Channel(r.Events, &handler.EnqueueRequestForObject{})).
+		Complete(r)
+}
+
+// PodHandler wakes the autoscaler of a cluster when one of its pods becomes unschedulable.
+func (r *Reconciler) PodHandler(clusterKey string, pod *corev1.Pod) {
+	if !Unschedulable(pod) {
+		return
+	}
+	ns, name, ok := strings.Cut(clusterKey, "/")
+	if !ok {
+		return
+	}
+	select {
+	case r.Events <- event.GenericEvent{Object: &fkev1.Cluster{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}}}:
+	default:
+	}
+}
+
+func (r *Reconciler) state(key string) *clusterState {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	st, ok := r.states[key]
+	if !ok {
+		st = &clusterState{
+			unneededSince: map[string]time.Time{}, backoffUntil: map[string]time.Time{}, backoffStep: map[string]time.Duration{},
+			podReasons: map[types.UID]string{}, measured: map[types.UID]bool{},
+		}
+		r.states[key] = st
+	}
+	return st
+}
+
+// Reconcile makes one autoscaling pass over a cluster.
+func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	start := r.Clock.Now()
+	key := req.String()
+	cl := &fkev1.Cluster{}
+	if err := r.Client.Get(ctx, req.NamespacedName, cl); err != nil {
+		if apierrors.IsNotFound(err) {
+			r.mu.Lock()
+			delete(r.states, key)
+			r.mu.Unlock()
+		}
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	scan := DefaultScanInterval
+	if d := cl.Spec.Autoscaling.ScanInterval; d != nil && d.Duration > 0 {
+		scan = d.Duration
+	}
+	if !cl.DeletionTimestamp.IsZero() || !meta.IsStatusConditionTrue(cl.Status.Conditions, fkev1.ConditionReady) {
+		return ctrl.Result{}, nil
+	}
+	in, err := r.gather(ctx, cl)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	if len(in.pools) == 0 {
+		return ctrl.Result{}, nil
+	}
+	st := r.state(key)
+	now := r.Clock.Now()
+
+	if err := r.handleFailedMachines(ctx, cl, in, st, now); err != nil {
+		return ctrl.Result{}, err
+	}
+	pools, views := BuildPools(in.pools, in.types, in.machines, st.backoffUntil)
+	snap := BuildSnapshot(in.nodes, in.pods, in.machines, decide.Limits{MaxNodes: int(cl.Spec.Autoscaling.MaxNodes), MaxGPUs: int(cl.Spec.Autoscaling.MaxGPUs)})
+	snap.PDBs = in.pdbs
+	unschedulablePods.WithLabelValues(key).Set(float64(len(snap.Pending)))
+
+	expander := decide.Expander{Name: decide.ExpanderName(cl.Spec.Autoscaling.Expander)}
+	plan := decide.ScaleUp(snap, pools, expander, now)
+	if err := r.applyScaleUp(ctx, cl, in.tenant, plan, views, st, now); err != nil {
+		return ctrl.Result{}, err
+	}
+
+	requeue := scan
+	upcoming := false
+	for _, p := range pools {
+		upcoming = upcoming || p.Upcoming > 0
+	}
+	if len(plan.Increases) == 0 && !upcoming {
+		sd := decide.ScaleDown(snap, pools, st.unneededSince, now)
+		st.unneededSince = sd.UnneededSince
+		unneededNodes.WithLabelValues(key).Set(float64(len(sd.UnneededSince)))
+		if err := r.applyScaleDown(ctx, cl, sd, views, now); err != nil {
+			return ctrl.Result{}, err
+		}
+		for node, since := range sd.UnneededSince {
+			if p := poolOfNode(snap, node, pools); p != nil {
+				wait := effectiveUnneeded(p) - now.Sub(since)
+				if wait > 0 && wait < requeue {
+					requeue = wait + 50*time.Millisecond
+				}
+			}
+		}
+	} else if upcoming {
+		requeue = min(requeue, 2*time.Second)
+	}
+	loopDuration.WithLabelValues(key).Observe(r.Clock.Since(start).Seconds())
+	return ctrl.Result{RequeueAfter: requeue}, nil
+}
+
+// input is everything one pass reads.
+type input struct {
+	tenant   *tenant.Tenant
+	pools    []*fkev1.NodePool
+	types    map[string]*fkev1.InstanceType
+	machines []*fkev1.Machine
+	nodes    []*corev1.Node
+	pods     []*corev1.Pod
+	pdbs     []policyv1.PodDisruptionBudget
+}
+
+func (r *Reconciler) gather(ctx context.Context, cl *fkev1.Cluster) (*input, error) {
+	in := &input{types: map[string]*fkev1.InstanceType{}}
+	var pools fkev1.NodePoolList
+	if err := r.Client.List(ctx, &pools, client.InNamespace(cl.Namespace)); err != nil {
+		return nil, fmt.Errorf("listing node pools: %w", err)
+	}
+	for i := range pools.Items {
+		if np := &pools.Items[i]; np.Spec.ClusterName == cl.Name && np.Spec.Autoscaling != nil {
+			in.pools = append(in.pools, np)
+		}
+	}
+	if len(in.pools) == 0 {
+		return in, nil
+	}
+	var its fkev1.InstanceTypeList
+	if err := r.Client.List(ctx, &its); err != nil {
+		return nil, fmt.Errorf("listing instance types: %w", err)
+	}
+	for i := range its.Items {
+		in.types[its.Items[i].Name] = &its.Items[i]
+	}
+	var ms fkev1.MachineList
+	if err := r.Client.List(ctx, &ms, client.InNamespace(cl.Namespace), client.MatchingLabels{fkev1.LabelCluster: cl.Name}); err != nil {
+		return nil, fmt.Errorf("listing machines: %w", err)
+	}
+	for i := range ms.Items {
+		in.machines = append(in.machines, &ms.Items[i])
+	}
+	t, err := r.Tenants.Get(ctx, client.ObjectKeyFromObject(cl).String())
+	if err != nil {
+		return nil, err
+	}
+	in.tenant = t
+	var nodes corev1.NodeList
+	if err := t.Client.List(ctx, &nodes); err != nil {
+		return nil, fmt.Errorf("listing nodes: %w", err)
+	}
+	for i := range nodes.Items {
+		in.nodes = append(in.nodes, &nodes.Items[i])
+	}
+	var pods corev1.PodList
+	if err := t.Client.List(ctx, &pods); err != nil {
+		return nil, fmt.Errorf("listing pods: %w", err)
+	}
+	for i := range pods.Items {
+		in.pods = append(in.pods, &pods.Items[i])
+	}
+	var pdbs policyv1.PodDisruptionBudgetList
+	if err := t.Client.List(ctx, &pdbs); err != nil {
+		return nil, fmt.Errorf("listing pod disruption budgets: %w", err)
+	}
+	in.pdbs = pdbs.Items
+	return in, nil
+}
+
+// applyScaleUp raises the pools' replicas and tells pods and pools why.
+func (r *Reconciler) applyScaleUp(ctx context.Context, cl *fkev1.Cluster, t *tenant.Tenant, plan decide.ScaleUpPlan, views map[string]*poolView, st *clusterState, now time.Time) error {
+	key := client.ObjectKeyFromObject(cl).String()
+	for _, inc := range plan.Increases {
+		v := views[inc.Pool]
+		if v == nil || inc.Delta <= 0 {
+			continue
+		}
+		to := min(v.desired+inc.Delta, int(v.pool.Spec.Autoscaling.MaxSize))
+		if to <= v.desired {
+			continue
+		}
+		reason := fmt.Sprintf("%d unschedulable pods need %d more %s nodes", len(inc.Pods), to-v.desired, v.it.Name)
+		logr.FromContextOrDiscard(ctx).Info("scale-up", "cluster", key, "pool", inc.Pool, "from", v.desired, "to", to,
+			"pods", len(inc.Pods), "liveMachines", len(v.live), "schedulableElsewhere", len(plan.Schedulable))
+		if err := r.resize(ctx, v.pool, v.desired, to, reason, now); err != nil {
+			return err
+		}
+		scaleUps.WithLabelValues(key, inc.Pool).Add(float64(to - v.desired))
+		r.Recorder.Eventf(v.pool, nil, corev1.EventTypeNormal, "TriggeredScaleUp", "ScaleUp", "%s (%d → %d)", reason, v.desired, to)
+		msg := fmt.Sprintf("pod triggered scale-up: [{%s %d->%d (max: %d)}]", inc.Pool, v.desired, to, v.pool.Spec.Autoscaling.MaxSize)
+		for _, p := range inc.Pods {
+			if !st.measured[p.UID] {
+				st.measured[p.UID] = true
+				decisionLatency.WithLabelValues(key).Observe(now.Sub(UnschedulableSince(p)).Seconds())
+			}
+			r.podEvent(ctx, t, st, p, corev1.EventTypeNormal, "TriggeredScaleUp", msg)
+		}
+	}
+	for _, pr := range plan.NotTriggerScaleUp {
+		r.podEvent(ctx, t, st, pr.Pod, corev1.EventTypeNormal, "NotTriggerScaleUp", pr.Reason)
+	}
+	return nil
+}
+
+// applyScaleDown marks the chosen machines and lowers their pools' replicas;
+// the NodePool controller removes the marked machines (drained first).
+func (r *Reconciler) applyScaleDown(ctx context.Context, cl *fkev1.Cluster, sd decide.ScaleDownPlan, views map[string]*poolView, now time.Time) error {
+	byPool := map[string][]decide.NodeRemoval{}
+	for _, rm := range sd.Remove {
+		byPool[rm.Pool] = append(byPool[rm.Pool], rm)
+	}
+	pools := make([]string, 0, len(byPool))
+	for p := range byPool {
+		pools = append(pools, p)
+	}
+	sort.Strings(pools)
+	key := client.ObjectKeyFromObject(cl).String()
+	for _, name := range pools {
+		v := views[name]
+		if v == nil {
+			continue
+		}
+		marked := 0
+		var nodes []string
+		for _, rm := range byPool[name] {
+			for _, m := range v.live {
+				if m.Status.NodeName != rm.Node || m.Annotations[AnnotationScaleDown] == "true" {
+					continue
+				}
+				patch := client.MergeFrom(m.DeepCopy())
+				if m.Annotations == nil {
+					m.Annotations = map[string]string{}
+				}
+				m.Annotations[AnnotationScaleDown] = "true"
+				if err := r.Client.Patch(ctx, m, patch); err != nil {
+					return fmt.Errorf("marking machine %s: %w", m.Name, err)
+				}
+				marked++
+				nodes = append(nodes, rm.Node)
+			}
+		}
+		if marked == 0 {
+			continue
+		}
+		to := max(v.desired-marked, int(v.pool.Spec.Autoscaling.MinSize))
+		reason := fmt.Sprintf("nodes %s unneeded", strings.Join(nodes, ", "))
+		if err := r.resize(ctx, v.pool, v.desired, to, reason, now); err != nil {
+			return err
+		}
+		scaleDowns.WithLabelValues(key, name).Add(float64(v.desired - to))
+		r.Recorder.Eventf(v.pool, nil, corev1.EventTypeNormal, "ScaleDown", "ScaleDown", "%s (%d → %d)", reason, v.desired, to)
+	}
+	return nil
+}
+
+// resize sets a pool's replicas and records the decision in its status.
+func (r *Reconciler) resize(ctx context.Context, np *fkev1.NodePool, from, to int, reason string, now time.Time) error {
+	patch := client.MergeFrom(np.DeepCopy())
+	np.Spec.Replicas = ptr.To(int32(to))
+	if err := r.Client.Patch(ctx, np, patch); err != nil {
+		return fmt.Errorf("resizing node pool %s: %w", np.Name, err)
+	}
+	spatch := client.MergeFrom(np.DeepCopy())
+	np.Status.DesiredReplicas = int32(to)
+	np.Status.LastScaleDecision = &fkev1.ScaleDecision{Time: metav1.NewTime(now), From: int32(from), To: int32(to), Reason: reason}
+	if err := r.Client.Status().Patch(ctx, np, spatch); err != nil {
+		return fmt.Errorf("recording scale decision of %s: %w", np.Name, err)
+	}
+	return nil
+}
+
+// handleFailedMachines backs off pools whose machines could not be made
+// (InsufficientCapacity) or did not become ready within the max provision
+// time, and removes those machines so another pool can be tried.
+func (r *Reconciler) handleFailedMachines(ctx context.Context, cl *fkev1.Cluster, in *input, st *clusterState, now time.Time) error {
+	pools := map[string]*fkev1.NodePool{}
+	for _, np := range in.pools {
+		pools[np.Name] = np
+	}
+	for _, m := range in.machines {
+		np := pools[m.Spec.NodePoolName]
+		if np == nil || !m.DeletionTimestamp.IsZero() || m.Annotations[AnnotationScaleDown] == "true" ||
+			meta.IsStatusConditionTrue(m.Status.Conditions, fkev1.ConditionReady) {
+			continue
+		}
+		maxProvision := DefaultMaxProvisionTime
+		if d := np.Spec.Autoscaling.MaxProvisionTime; d != nil && d.Duration > 0 {
+			maxProvision = d.Duration
+		}
+		var why string
+		if c := meta.FindStatusCondition(m.Status.Conditions, fkev1.ConditionProvisioned); c != nil && c.Status == metav1.ConditionFalse && c.Reason == "InsufficientCapacity" {
+			why = "insufficient capacity: " + c.Message
+		} else if now.Sub(m.CreationTimestamp.Time) > maxProvision {
+			why = fmt.Sprintf("machine %s not ready after %s", m.Name, maxProvision)
+		}
+		if why == "" {
+			continue
+		}
+		step := st.backoffStep[np.Name]
+		if step == 0 {
+			step = InitialBackoff
+		} else {
+			step = min(2*step, MaxBackoff)
+		}
+		st.backoffStep[np.Name] = step
+		st.backoffUntil[np.Name] = now.Add(step)
+		r.Recorder.Eventf(np, nil, corev1.EventTypeWarning, "ScaleUpFailed", "ScaleUp", "%s; backing off the pool for %s", why, step)
+		patch := client.MergeFrom(m.DeepCopy())
+		if m.Annotations == nil {
+			m.Annotations = map[string]string{}
+		}
+		m.Annotations[AnnotationScaleDown] = "true"
+		if err := r.Client.Patch(ctx, m, patch); err != nil {
+			return fmt.Errorf("marking failed machine %s: %w", m.Name, err)
+		}
+		cur := int(ptr.Deref(np.Spec.Replicas, 0))
+		if err := r.resize(ctx, np, cur, max(cur-1, int(np.Spec.Autoscaling.MinSize)), why, now); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// podEvent records an event on a tenant pod, once per pod and message.
+func (r *Reconciler) podEvent(ctx context.Context, t *tenant.Tenant, st *clusterState, p *corev1.Pod, kind, reason, msg string) {
+	if st.podReasons[p.UID] == reason+msg {
+		return
+	}
+	st.podReasons[p.UID] = reason + msg
+	ev := &corev1.Event{
+		ObjectMeta: metav1.ObjectMeta{Namespace: p.Namespace, GenerateName: p.Name + "."},
+		InvolvedObject: corev1.ObjectReference{
+			Kind: "Pod", APIVersion: "v1", Namespace: p.Namespace, Name: p.Name, UID: p.UID, ResourceVersion: p.ResourceVersion,
+		},
+		Reason: reason, Message: msg, Type: kind,
+		Source:         corev1.EventSource{Component: "fke-autoscaler"},
+		FirstTimestamp: metav1.Now(), LastTimestamp: metav1.Now(), Count: 1,
+		ReportingController: "fke.dev/autoscaler", ReportingInstance: "fke-manager",
+	}
+	if _, err := t.Clientset.CoreV1().Events(p.Namespace).Create(ctx, ev, metav1.CreateOptions{}); err != nil {
+		delete(st.podReasons, p.UID) // try again next pass
+	}
+}
+
+func poolOfNode(s decide.Snapshot, node string, pools []decide.Pool) *decide.Pool {
+	for _, n := range s.Nodes {
+		if n.Node.Name != node {
+			continue
+		}
+		for i := range pools {
+			if pools[i].Name == n.Pool {
+				return &pools[i]
+			}
+		}
+	}
+	return nil
+}
+
+func effectiveUnneeded(p *decide.Pool) time.Duration {
+	if p.ScaleDownUnneededTime > 0 {
+		return p.ScaleDownUnneededTime
+	}
+	return decide.DefaultScaleDownUnneededTime
+}

@@ -1,0 +1,199 @@
+package autoscaler
+
+import (
+	"strconv"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	fkev1 "fke.dev/fke/api/v1alpha1"
+	"fke.dev/fke/internal/autoscaler/decide"
+	"fke.dev/fke/internal/controller/nodepool"
+	"fke.dev/fke/internal/nodetemplate"
+)
+
+// poolView couples a decide.Pool with the objects it came from.
+type poolView struct {
+	pool    *fkev1.NodePool
+	it      *fkev1.InstanceType
+	desired int
+	// machines of the pool that are not being deleted
+	live []*fkev1.Machine
+}
+
+// BuildPools turns the autoscaled NodePools into decide.Pools (pure).
+// Machines that are not Ready (node missing, not Ready, or GPUs not yet
+// allocatable) count as Upcoming; so do machines the pool has yet to create
+// (spec.replicas above the machines that exist), so a scale-up already
+// decided is never decided again.
+func BuildPools(pools []*fkev1.NodePool, types map[string]*fkev1.InstanceType, machines []*fkev1.Machine, backoff map[string]time.Time) ([]decide.Pool, map[string]*poolView) {
+	byPool := map[string][]*fkev1.Machine{}
+	for _, m := range machines {
+		byPool[m.Spec.NodePoolName] = append(byPool[m.Spec.NodePoolName], m)
+	}
+	var out []decide.Pool
+	views := map[string]*poolView{}
+	for _, np := range pools {
+		a := np.Spec.Autoscaling
+		it := types[np.Spec.InstanceType]
+		if a == nil || it == nil || !np.DeletionTimestamp.IsZero() {
+			continue
+		}
+		v := &poolView{pool: np, it: it, desired: nodepool.DesiredReplicas(np)}
+		current, upcoming := 0, 0
+		for _, m := range byPool[np.Name] {
+			if !m.DeletionTimestamp.IsZero() {
+				current++
+				continue
+			}
+			v.live = append(v.live, m)
+			if meta.IsStatusConditionTrue(m.Status.Conditions, fkev1.ConditionReady) {
+				current++
+			} else {
+				upcoming++
+			}
+		}
+		if missing := v.desired - len(v.live); missing > 0 {
+			upcoming += missing
+		}
+		views[np.Name] = v
+		out = append(out, decide.Pool{
+			Name:                          np.Name,
+			Template:                      nodetemplate.Build(np, it, "template-"+np.Name),
+			MinSize:                       int(a.MinSize),
+			MaxSize:                       int(a.MaxSize),
+			Current:                       current,
+			Upcoming:                      upcoming,
+			PricePerHour:                  price(it),
+			Priority:                      int(a.Priority),
+			BackoffUntil:                  backoff[np.Name],
+			ScaleDownUnneededTime:         duration(a.ScaleDownUnneededTime),
+			ScaleDownUtilizationThreshold: threshold(a.ScaleDownUtilizationThreshold),
+		})
+	}
+	return out, views
+}
+
+// BuildSnapshot groups pods by node and finds the unschedulable ones (pure).
+// A node counts as Ready only when its Machine is Ready (GPUs allocatable).
+func BuildSnapshot(nodes []*corev1.Node, pods []*corev1.Pod, machines []*fkev1.Machine, limits decide.Limits) decide.Snapshot {
+	machineByNode := map[string]*fkev1.Machine{}
+	for _, m := range machines {
+		if m.Status.NodeName != "" {
+			machineByNode[m.Status.NodeName] = m
+		}
+	}
+	podsByNode := map[string][]*corev1.Pod{}
+	var pending []*corev1.Pod
+	for _, p := range pods {
+		switch {
+		case p.Spec.NodeName != "":
+			podsByNode[p.Spec.NodeName] = append(podsByNode[p.Spec.NodeName], p)
+		case Unschedulable(p):
+			pending = append(pending, p)
+		}
+	}
+	s := decide.Snapshot{Pending: pending, Limits: limits}
+	for _, n := range nodes {
+		ni := decide.NodeInfo{Node: n, Pool: n.Labels[fkev1.LabelNodePool], Pods: podsByNode[n.Name]}
+		if m, ok := machineByNode[n.Name]; ok {
+			ni.Ready = meta.IsStatusConditionTrue(m.Status.Conditions, fkev1.ConditionReady) && m.DeletionTimestamp.IsZero()
+			if ni.Ready {
+				ni.Node = withoutStartupTaints(n)
+			}
+			ni.Deleting = !m.DeletionTimestamp.IsZero() || m.Annotations[AnnotationScaleDown] == "true"
+		} else {
+			ni.Ready = nodeReady(n)
+			ni.Pool = "" // not ours: never scaled down
+		}
+		s.Nodes = append(s.Nodes, ni)
+	}
+	return s
+}
+
+// withoutStartupTaints drops the not-ready and unreachable taints that
+// kube-controller-manager removes shortly after a node turns Ready: a ready
+// machine's node is capacity now, not a reason to grow the pool again.
+func withoutStartupTaints(n *corev1.Node) *corev1.Node {
+	var keep []corev1.Taint
+	changed := false
+	for _, t := range n.Spec.Taints {
+		if t.Key == corev1.TaintNodeNotReady || t.Key == corev1.TaintNodeUnreachable {
+			changed = true
+			continue
+		}
+		keep = append(keep, t)
+	}
+	if !changed {
+		return n
+	}
+	c := n.DeepCopy()
+	c.Spec.Taints = keep
+	return c
+}
+
+// Unschedulable reports whether kube-scheduler gave up on the pod for now.
+func Unschedulable(p *corev1.Pod) bool {
+	if p.Spec.NodeName != "" || p.DeletionTimestamp != nil || len(p.Spec.SchedulingGates) > 0 {
+		return false
+	}
+	if p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
+		return false
+	}
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse && c.Reason == corev1.PodReasonUnschedulable {
+			return true
+		}
+	}
+	return false
+}
+
+// UnschedulableSince returns when the pod was found unschedulable.
+func UnschedulableSince(p *corev1.Pod) time.Time {
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodScheduled {
+			return c.LastTransitionTime.Time
+		}
+	}
+	return p.CreationTimestamp.Time
+}
+
+func nodeReady(n *corev1.Node) bool {
+	for _, c := range n.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+func price(it *fkev1.InstanceType) float64 {
+	p, err := strconv.ParseFloat(it.Spec.PricePerHour, 64)
+	if err != nil {
+		return 0
+	}
+	return p
+}
+
+func duration(d *metav1.Duration) time.Duration {
+	if d == nil {
+		return 0
+	}
+	return d.Duration
+}
+
+func threshold(s string) float64 {
+	if s == "" {
+		return 0
+	}
+	v, err := strconv.ParseFloat(s, 64)
+	if err != nil {
+		return 0
+	}
+	if v == 0 {
+		return -1 // "0" disables the utilization rule (decide treats 0 as the default)
+	}
+	return v
+}

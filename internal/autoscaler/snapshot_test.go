@@ -1,0 +1,122 @@
+package autoscaler
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
+
+	fkev1 "fke.dev/fke/api/v1alpha1"
+	"fke.dev/fke/internal/autoscaler/decide"
+	"fke.dev/fke/internal/catalog"
+	"fke.dev/fke/internal/nodetemplate"
+)
+
+func gpuPool(replicas int32) *fkev1.NodePool {
+	return &fkev1.NodePool{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "gpu"},
+		Spec: fkev1.NodePoolSpec{ClusterName: "demo", InstanceType: "gpu-h100x8", Replicas: ptr.To(replicas),
+			Autoscaling: &fkev1.NodePoolAutoscaling{MinSize: 0, MaxSize: 4}},
+	}
+}
+
+func types_() map[string]*fkev1.InstanceType {
+	out := map[string]*fkev1.InstanceType{}
+	for _, it := range catalog.Default() {
+		out[it.Name] = &it
+	}
+	return out
+}
+
+// machine returns a Machine of pool gpu and, when registered, its Node.
+func machine(name string, ready, registered bool) (*fkev1.Machine, *corev1.Node) {
+	m := &fkev1.Machine{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name, CreationTimestamp: metav1.Now()},
+		Spec:       fkev1.MachineSpec{ClusterName: "demo", NodePoolName: "gpu", InstanceType: "gpu-h100x8"},
+	}
+	status := metav1.ConditionFalse
+	if ready {
+		status = metav1.ConditionTrue
+	}
+	m.Status.Conditions = []metav1.Condition{{Type: fkev1.ConditionReady, Status: status}}
+	if !registered {
+		return m, nil
+	}
+	m.Status.NodeName = name
+	it := types_()["gpu-h100x8"]
+	n := nodetemplate.Build(gpuPool(0), it, name)
+	n.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue}}
+	if !ready {
+		delete(n.Status.Allocatable, nodetemplate.ResourceGPU) // device plugin not registered yet
+	}
+	// kube-controller-manager removes this taint a moment after the node turns Ready.
+	n.Spec.Taints = append(n.Spec.Taints, corev1.Taint{Key: corev1.TaintNodeNotReady, Effect: corev1.TaintEffectNoSchedule})
+	return m, n
+}
+
+func pendingGPUPod(i int) *corev1.Pod {
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: fmt.Sprintf("trainer-%d", i), UID: types.UID(fmt.Sprint(i)),
+			OwnerReferences: []metav1.OwnerReference{{Kind: "ReplicaSet", Name: "trainer", Controller: ptr.To(true)}}},
+		Spec: corev1.PodSpec{
+			Containers: []corev1.Container{{Name: "main", Resources: corev1.ResourceRequirements{
+				Limits: corev1.ResourceList{"nvidia.com/gpu": resource.MustParse("8")}}}},
+			Tolerations: []corev1.Toleration{{Key: "nvidia.com/gpu", Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule}},
+		},
+		Status: corev1.PodStatus{Phase: corev1.PodPending, Conditions: []corev1.PodCondition{{
+			Type: corev1.PodScheduled, Status: corev1.ConditionFalse, Reason: corev1.PodReasonUnschedulable}}},
+	}
+}
+
+// TestNoDuplicateScaleUp: machines that are coming up (not registered, or
+// Ready without allocatable GPUs) and replicas not yet turned into machines
+// count as capacity, so the same pending pods never grow the pool twice.
+func TestNoDuplicateScaleUp(t *testing.T) {
+	type mspec struct{ ready, registered bool }
+	tests := []struct {
+		name     string
+		replicas int32
+		machines []mspec
+		pending  int
+		want     int // nodes to add
+	}{
+		{"from zero", 0, nil, 3, 3},
+		{"replicas raised, no machines yet", 3, nil, 3, 0},
+		{"machines created, not registered", 3, []mspec{{false, false}, {false, false}, {false, false}}, 3, 0},
+		{"one ready, two coming", 3, []mspec{{true, true}, {false, true}, {false, false}}, 3, 0},
+		{"ready without GPUs yet", 3, []mspec{{false, true}, {false, true}, {false, true}}, 3, 0},
+		{"one more pod than capacity", 3, []mspec{{true, true}, {false, true}, {false, false}}, 4, 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var machines []*fkev1.Machine
+			var nodes []*corev1.Node
+			for i, ms := range tt.machines {
+				m, n := machine(fmt.Sprintf("gpu-%d", i), ms.ready, ms.registered)
+				machines = append(machines, m)
+				if n != nil {
+					nodes = append(nodes, n)
+				}
+			}
+			var pods []*corev1.Pod
+			for i := 0; i < tt.pending; i++ {
+				pods = append(pods, pendingGPUPod(i))
+			}
+			pools, _ := BuildPools([]*fkev1.NodePool{gpuPool(tt.replicas)}, types_(), machines, nil)
+			snap := BuildSnapshot(nodes, pods, machines, decide.Limits{})
+			plan := decide.ScaleUp(snap, pools, decide.Expander{}, time.Now())
+			got := 0
+			for _, inc := range plan.Increases {
+				got += inc.Delta
+			}
+			if got != tt.want {
+				t.Fatalf("scale-up adds %d nodes, want %d (pools %+v, plan %+v)", got, tt.want, pools[0], plan)
+			}
+		})
+	}
+}

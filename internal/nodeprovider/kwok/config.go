@@ -1,0 +1,177 @@
+package kwok
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+	nodefast "sigs.k8s.io/kwok/kustomize/stage/node/fast"
+	nodeheartbeat "sigs.k8s.io/kwok/kustomize/stage/node/heartbeat-with-lease"
+	podfast "sigs.k8s.io/kwok/kustomize/stage/pod/fast"
+	"sigs.k8s.io/yaml"
+)
+
+// Tuning of the kwok controller for fleets of about a thousand nodes per
+// tenant cluster. kwok's API client is not rate limited, so the parallelism
+// values are the number of requests kwok has in flight per kind of work:
+// enough to hide API latency, few enough not to starve a tenant API server
+// that shares two cores with the rest of the control plane.
+const (
+	// nodePlayStageParallelism workers move nodes through their stages
+	// (initialize: one status patch per new node).
+	nodePlayStageParallelism = 16
+	// nodeLeaseParallelism workers renew node leases: with 1,000 nodes and
+	// a renewal every quarter of the lease, about 100 updates a second.
+	nodeLeaseParallelism = 16
+	// podPlayStageParallelism workers move pods through their stages.
+	podPlayStageParallelism = 16
+	// podsOnNodeSyncParallelism workers resync the pods of a node that kwok
+	// starts managing (after a restart of kwok).
+	podsOnNodeSyncParallelism = 4
+	// nodeLeaseDurationSeconds matches the kubelet's default
+	// (kube-controller-manager's node-monitor-grace-period is 40s too).
+	nodeLeaseDurationSeconds = 40
+)
+
+// Constants of kwok's configuration and command line.
+const (
+	configAPIVersion = "config.kwok.x-k8s.io/v1alpha1"
+	configKind       = "KwokConfiguration"
+	// DefaultPodCIDR is the pod range kwok assigns pod IPs from when the
+	// cluster has none.
+	DefaultPodCIDR = "10.244.0.0/16"
+	// DefaultNodeIP is the InternalIP of every simulated node: kwok serves
+	// their kubelet API (if any) on this machine.
+	DefaultNodeIP = "127.0.0.1"
+)
+
+// kwokConfiguration is the part of kwok's KwokConfiguration
+// (config.kwok.x-k8s.io/v1alpha1) fke sets.
+type kwokConfiguration struct {
+	APIVersion string      `json:"apiVersion"`
+	Kind       string      `json:"kind"`
+	Options    kwokOptions `json:"options"`
+}
+
+type kwokOptions struct {
+	CIDR                      string `json:"cidr"`
+	NodeIP                    string `json:"nodeIP"`
+	PodPlayStageParallelism   uint   `json:"podPlayStageParallelism"`
+	NodePlayStageParallelism  uint   `json:"nodePlayStageParallelism"`
+	NodeLeaseParallelism      uint   `json:"nodeLeaseParallelism"`
+	PodsOnNodeSyncParallelism uint   `json:"podsOnNodeSyncParallelism"`
+	NodeLeaseDurationSeconds  uint   `json:"nodeLeaseDurationSeconds"`
+	EnableProfilingHandler    bool   `json:"enableProfilingHandler"`
+}
+
+// stages returns kwok's standard Stage objects fke runs with: nodes become
+// Ready at once and keep a lease; pods become Running at once, complete
+// when their containers are all done, and go away when deleted.
+func stages() []string {
+	return []string{
+		nodefast.DefaultNodeInit,
+		nodeheartbeat.DefaultNodeHeartbeatWithLease,
+		podfast.DefaultPodReady,
+		podfast.DefaultPodComplete,
+		podfast.DefaultPodDelete,
+	}
+}
+
+// renderConfig returns the multi-document YAML of kwok's --config file: a
+// KwokConfiguration and the Stage objects.
+func renderConfig(podCIDR, nodeIP string) ([]byte, error) {
+	if podCIDR == "" {
+		podCIDR = DefaultPodCIDR
+	}
+	if nodeIP == "" {
+		nodeIP = DefaultNodeIP
+	}
+	cfg := kwokConfiguration{
+		APIVersion: configAPIVersion,
+		Kind:       configKind,
+		Options: kwokOptions{
+			CIDR:                      podCIDR,
+			NodeIP:                    nodeIP,
+			PodPlayStageParallelism:   podPlayStageParallelism,
+			NodePlayStageParallelism:  nodePlayStageParallelism,
+			NodeLeaseParallelism:      nodeLeaseParallelism,
+			PodsOnNodeSyncParallelism: podsOnNodeSyncParallelism,
+			NodeLeaseDurationSeconds:  nodeLeaseDurationSeconds,
+		},
+	}
+	head, err := yaml.Marshal(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("rendering kwok configuration: %w", err)
+	}
+	docs := []string{strings.TrimSpace(string(head))}
+	for _, s := range stages() {
+		docs = append(docs, strings.TrimSpace(s))
+	}
+	return []byte(strings.Join(docs, "\n---\n") + "\n"), nil
+}
+
+// args returns kwok's command line.
+func args(kubeconfigPath, configPath string, serverPort int) []string {
+	return []string{
+		"--kubeconfig=" + kubeconfigPath,
+		"--config=" + configPath,
+		"--manage-all-nodes=false",
+		"--manage-nodes-with-annotation-selector=" + AnnotationNode + "=" + AnnotationNodeValue,
+		"--server-address=127.0.0.1:" + strconv.Itoa(serverPort),
+	}
+}
+
+// kubeconfigFor renders cfg (a tenant's admin rest.Config) as a kubeconfig.
+func kubeconfigFor(cfg *rest.Config) *clientcmdapi.Config {
+	const name = "tenant"
+	kc := clientcmdapi.NewConfig()
+	kc.Clusters[name] = &clientcmdapi.Cluster{
+		Server:                   cfg.Host,
+		CertificateAuthority:     cfg.CAFile,
+		CertificateAuthorityData: cfg.CAData,
+		InsecureSkipTLSVerify:    cfg.Insecure,
+		TLSServerName:            cfg.ServerName,
+	}
+	kc.AuthInfos[name] = &clientcmdapi.AuthInfo{
+		ClientCertificate:     cfg.CertFile,
+		ClientCertificateData: cfg.CertData,
+		ClientKey:             cfg.KeyFile,
+		ClientKeyData:         cfg.KeyData,
+		Token:                 cfg.BearerToken,
+		TokenFile:             cfg.BearerTokenFile,
+		Username:              cfg.Username,
+		Password:              cfg.Password,
+	}
+	kc.Contexts[name] = &clientcmdapi.Context{Cluster: name, AuthInfo: name}
+	kc.CurrentContext = name
+	return kc
+}
+
+// writeFiles writes kwok's kubeconfig and configuration into dir.
+func writeFiles(dir string, cfg *rest.Config, podCIDR, nodeIP string) (kubeconfigPath, configPath string, err error) {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return "", "", fmt.Errorf("creating %s: %w", dir, err)
+	}
+	kubeconfigPath = filepath.Join(dir, "kubeconfig")
+	if err := clientcmd.WriteToFile(*kubeconfigFor(cfg), kubeconfigPath); err != nil {
+		return "", "", fmt.Errorf("writing kwok kubeconfig: %w", err)
+	}
+	// WriteToFile keeps the mode of an existing file.
+	if err := os.Chmod(kubeconfigPath, 0o600); err != nil {
+		return "", "", fmt.Errorf("writing kwok kubeconfig: %w", err)
+	}
+	data, err := renderConfig(podCIDR, nodeIP)
+	if err != nil {
+		return "", "", err
+	}
+	configPath = filepath.Join(dir, "kwok.yaml")
+	if err := os.WriteFile(configPath, data, 0o600); err != nil {
+		return "", "", fmt.Errorf("writing kwok configuration: %w", err)
+	}
+	return kubeconfigPath, configPath, nil
+}

@@ -1,0 +1,239 @@
+package kwok
+
+import (
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	"sigs.k8s.io/yaml"
+
+	"fke.dev/fke/internal/nodeprovider"
+)
+
+// docs splits a multi-document YAML file into generic objects.
+func docs(t *testing.T, data []byte) []map[string]any {
+	t.Helper()
+	var out []map[string]any
+	for _, doc := range strings.Split(string(data), "\n---\n") {
+		var obj map[string]any
+		if err := yaml.Unmarshal([]byte(doc), &obj); err != nil {
+			t.Fatalf("parsing document %q: %v", doc, err)
+		}
+		out = append(out, obj)
+	}
+	return out
+}
+
+func TestRenderConfig(t *testing.T) {
+	tests := []struct {
+		name             string
+		podCIDR, nodeIP  string
+		wantCIDR, wantIP string
+	}{
+		{name: "cluster values", podCIDR: "10.88.0.0/16", nodeIP: "10.1.2.3", wantCIDR: "10.88.0.0/16", wantIP: "10.1.2.3"},
+		{name: "defaults", wantCIDR: DefaultPodCIDR, wantIP: DefaultNodeIP},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			data, err := renderConfig(tt.podCIDR, tt.nodeIP)
+			if err != nil {
+				t.Fatal(err)
+			}
+			objs := docs(t, data)
+			cfg := objs[0]
+			if cfg["apiVersion"] != "config.kwok.x-k8s.io/v1alpha1" || cfg["kind"] != "KwokConfiguration" {
+				t.Fatalf("first document is %v %v, want the KwokConfiguration", cfg["apiVersion"], cfg["kind"])
+			}
+			opts, _ := cfg["options"].(map[string]any)
+			// kwok does not default these when read from --config: zero stalls it.
+			for _, key := range []string{
+				"podPlayStageParallelism", "nodePlayStageParallelism", "nodeLeaseParallelism",
+				"podsOnNodeSyncParallelism", "nodeLeaseDurationSeconds",
+			} {
+				if v, _ := opts[key].(float64); v <= 0 {
+					t.Errorf("options.%s = %v, want > 0", key, opts[key])
+				}
+			}
+			if opts["nodeLeaseDurationSeconds"] != float64(40) {
+				t.Errorf("options.nodeLeaseDurationSeconds = %v, want 40", opts["nodeLeaseDurationSeconds"])
+			}
+			if opts["cidr"] != tt.wantCIDR || opts["nodeIP"] != tt.wantIP {
+				t.Errorf("options cidr, nodeIP = %v, %v; want %s, %s", opts["cidr"], opts["nodeIP"], tt.wantCIDR, tt.wantIP)
+			}
+
+			var stages []string
+			for _, obj := range objs[1:] {
+				if obj["apiVersion"] != "kwok.x-k8s.io/v1alpha1" || obj["kind"] != "Stage" {
+					t.Errorf("document %v %v, want a kwok Stage", obj["apiVersion"], obj["kind"])
+				}
+				meta, _ := obj["metadata"].(map[string]any)
+				name, _ := meta["name"].(string)
+				stages = append(stages, name)
+			}
+			for _, want := range []string{"node-initialize", "node-heartbeat-with-lease", "pod-ready", "pod-complete", "pod-delete"} {
+				if !slices.Contains(stages, want) {
+					t.Errorf("stages %v lack %s", stages, want)
+				}
+			}
+		})
+	}
+}
+
+func TestArgs(t *testing.T) {
+	got := args("/d/kubeconfig", "/d/kwok.yaml", 4321)
+	for _, want := range []string{
+		"--kubeconfig=/d/kubeconfig",
+		"--config=/d/kwok.yaml",
+		"--manage-all-nodes=false",
+		"--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake",
+		"--server-address=127.0.0.1:4321",
+	} {
+		if !slices.Contains(got, want) {
+			t.Errorf("args %q lack %q", got, want)
+		}
+	}
+}
+
+func TestWriteFiles(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "default", "demo", "kwok")
+	cfg := &rest.Config{
+		Host: "https://127.0.0.1:6443",
+		TLSClientConfig: rest.TLSClientConfig{
+			CAData: []byte("ca"), CertData: []byte("cert"), KeyData: []byte("key"),
+		},
+	}
+	kubeconfigPath, configPath, err := writeFiles(dir, cfg, "10.244.0.0/16", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{kubeconfigPath, configPath} {
+		st, err := os.Stat(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.Mode().Perm() != 0o600 {
+			t.Errorf("%s has mode %v, want 0600", p, st.Mode().Perm())
+		}
+	}
+	kc, err := clientcmd.LoadFromFile(kubeconfigPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := kc.Contexts[kc.CurrentContext]
+	if ctx == nil {
+		t.Fatalf("kubeconfig has no current context")
+	}
+	cluster, user := kc.Clusters[ctx.Cluster], kc.AuthInfos[ctx.AuthInfo]
+	if cluster.Server != cfg.Host || string(cluster.CertificateAuthorityData) != "ca" {
+		t.Errorf("cluster = %+v, want server %s and the CA data", cluster, cfg.Host)
+	}
+	if string(user.ClientCertificateData) != "cert" || string(user.ClientKeyData) != "key" {
+		t.Errorf("user = %+v, want the client certificate and key data", user)
+	}
+}
+
+func TestParseProviderID(t *testing.T) {
+	tests := []struct {
+		id                string
+		wantCluster, node string
+		ok                bool
+	}{
+		{id: "kwok://demo/n1", wantCluster: "demo", node: "n1", ok: true},
+		{id: ProviderID("demo", "gpu-0"), wantCluster: "demo", node: "gpu-0", ok: true},
+		{id: "fake://demo/n1"},
+		{id: "kwok://demo"},
+		{id: "kwok:///n1"},
+		{id: "kwok://demo/"},
+		{id: "kwok://demo/a/b"},
+		{id: ""},
+	}
+	for _, tt := range tests {
+		c, n, ok := parseProviderID(tt.id)
+		if ok != tt.ok || c != tt.wantCluster || n != tt.node {
+			t.Errorf("parseProviderID(%q) = %q, %q, %v; want %q, %q, %v", tt.id, c, n, ok, tt.wantCluster, tt.node, tt.ok)
+		}
+	}
+}
+
+func TestClusterDir(t *testing.T) {
+	p := New(Options{DataDir: "/data"})
+	tests := []struct {
+		key     string
+		want    string
+		wantErr bool
+	}{
+		{key: "default/demo", want: "/data/default/demo/kwok"},
+		{key: "demo", wantErr: true},
+		{key: "/demo", wantErr: true},
+		{key: "default/", wantErr: true},
+		{key: "a/b/c", wantErr: true},
+		{key: "../x", wantErr: true},
+	}
+	for _, tt := range tests {
+		got, err := p.clusterDir(tt.key)
+		if (err != nil) != tt.wantErr || got != tt.want {
+			t.Errorf("clusterDir(%q) = %q, %v; want %q, error %v", tt.key, got, err, tt.want, tt.wantErr)
+		}
+	}
+	if _, err := New(Options{}).clusterDir("default/demo"); err == nil {
+		t.Error("clusterDir without a data directory succeeded")
+	}
+}
+
+func TestNodeFor(t *testing.T) {
+	tmpl := &corev1.Node{
+		ObjectMeta: metav1.ObjectMeta{Name: "demo-gpu-0", Labels: map[string]string{"nvidia.com/gpu.count": "8"}},
+		Spec:       corev1.NodeSpec{Taints: []corev1.Taint{{Key: "nvidia.com/gpu", Value: "present", Effect: corev1.TaintEffectNoSchedule}}},
+		Status:     corev1.NodeStatus{Allocatable: corev1.ResourceList{"nvidia.com/gpu": resource.MustParse("8")}},
+	}
+	cluster := nodeprovider.Cluster{Key: "default/demo", Name: "demo"}
+	node := nodeFor(cluster, nodeprovider.NodeSpec{MachineName: "gpu-abc", Template: tmpl})
+	if node.Annotations[AnnotationNode] != "fake" || node.Annotations[AnnotationMachine] != "gpu-abc" {
+		t.Errorf("annotations = %v", node.Annotations)
+	}
+	if node.Spec.ProviderID != "kwok://demo/demo-gpu-0" {
+		t.Errorf("providerID = %q", node.Spec.ProviderID)
+	}
+	if node.Labels["nvidia.com/gpu.count"] != "8" || len(node.Spec.Taints) != 1 {
+		t.Errorf("template labels or taints lost: %v %v", node.Labels, node.Spec.Taints)
+	}
+	if q := node.Status.Allocatable["nvidia.com/gpu"]; q.Value() != 8 {
+		t.Errorf("allocatable GPUs = %v", q.String())
+	}
+	if tmpl.Annotations != nil || tmpl.Spec.ProviderID != "" {
+		t.Error("nodeFor changed the template")
+	}
+	if !ours(node, cluster) {
+		t.Error("ours(node) = false for a node the provider made")
+	}
+	if ours(node, nodeprovider.Cluster{Key: "default/other", Name: "other"}) {
+		t.Error("ours(node) = true for another cluster")
+	}
+	if ours(tmpl, cluster) {
+		t.Error("ours(template) = true for a node without annotations")
+	}
+}
+
+func TestFingerprint(t *testing.T) {
+	a := &rest.Config{Host: "https://127.0.0.1:6443", TLSClientConfig: rest.TLSClientConfig{CertData: []byte("a")}}
+	b := rest.CopyConfig(a)
+	if fingerprint(a) != fingerprint(b) {
+		t.Error("equal configs differ")
+	}
+	b.CertData = []byte("b")
+	if fingerprint(a) == fingerprint(b) {
+		t.Error("new client certificate kept the fingerprint")
+	}
+	c := rest.CopyConfig(a)
+	c.Host = "https://127.0.0.1:7443"
+	if fingerprint(a) == fingerprint(c) {
+		t.Error("new host kept the fingerprint")
+	}
+}
