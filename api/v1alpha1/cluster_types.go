@@ -48,9 +48,10 @@ type ClusterSpec struct {
 // ClusterNetwork holds the address ranges of a cluster.
 // +kubebuilder:validation:XValidation:rule="self == oldSelf",message="network is immutable"
 type ClusterNetwork struct {
-	// PodCIDR is the range pod IPs are taken from.
-	// +kubebuilder:default="10.244.0.0/16"
-	// +kubebuilder:validation:XValidation:rule="isCIDR(self) && cidr(self).ip().family() == 4",message="podCIDR must be an IPv4 CIDR such as 10.244.0.0/16"
+	// PodCIDR is the range pod IPs are taken from; each node gets a /24 of it
+	// (the default /12 leaves room for 4,096 nodes).
+	// +kubebuilder:default="10.112.0.0/12"
+	// +kubebuilder:validation:XValidation:rule="isCIDR(self) && cidr(self).ip().family() == 4 && cidr(self).prefixLength() <= 20",message="podCIDR must be an IPv4 CIDR of /20 or larger, such as 10.112.0.0/12"
 	// +kubebuilder:validation:MaxLength=43
 	// +optional
 	PodCIDR string `json:"podCIDR,omitempty"`

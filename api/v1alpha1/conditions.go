@@ -21,19 +21,19 @@ const (
 
 // Condition reasons shared by several kinds.
 const (
-	ReasonReady             = "Ready"
-	ReasonProvisioning      = "Provisioning"
-	ReasonStarting          = "Starting"
+	ReasonReady              = "Ready"
+	ReasonProvisioning       = "Provisioning"
+	ReasonStarting           = "Starting"
 	ReasonComponentsNotReady = "ComponentsNotReady"
-	ReasonInternalError     = "InternalError"
-	ReasonDeleting          = "Deleting"
-	ReasonInvalidSpec       = "InvalidSpec"
-	ReasonClusterNotReady   = "ClusterNotReady"
-	ReasonNodeNotFound      = "NodeNotFound"
-	ReasonNodeNotReady      = "NodeNotReady"
+	ReasonInternalError      = "InternalError"
+	ReasonDeleting           = "Deleting"
+	ReasonInvalidSpec        = "InvalidSpec"
+	ReasonClusterNotReady    = "ClusterNotReady"
+	ReasonNodeNotFound       = "NodeNotFound"
+	ReasonNodeNotReady       = "NodeNotReady"
 	ReasonGPUsNotAllocatable = "GPUsNotAllocatable"
-	ReasonNoGPUs            = "NoGPUs"
-	ReasonScaling           = "Scaling"
+	ReasonNoGPUs             = "NoGPUs"
+	ReasonScaling            = "Scaling"
 )
 
 // Labels and annotations fke puts on objects it owns.

@@ -13,12 +13,12 @@ import (
 
 // Phases of the daemon, in order.
 const (
-	PhaseStarting    = "Starting"
-	PhaseInstalling  = "InstallingAPI"
-	PhaseManager     = "StartingManager"
-	PhaseReady       = "Ready"
-	PhaseStopping    = "Stopping"
-	PhaseFailed      = "Failed"
+	PhaseStarting   = "Starting"
+	PhaseInstalling = "InstallingAPI"
+	PhaseManager    = "StartingManager"
+	PhaseReady      = "Ready"
+	PhaseStopping   = "Stopping"
+	PhaseFailed     = "Failed"
 )
 
 // Component is one process the daemon supervises.

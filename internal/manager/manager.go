@@ -12,8 +12,8 @@ import (
 
 	"github.com/go-logr/logr"
 	"k8s.io/apimachinery/pkg/runtime"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/discovery"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/tools/clientcmd"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
@@ -75,9 +75,9 @@ func Run(ctx context.Context, opts Options) error {
 		metricsAddr = "0"
 	}
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
-		Scheme:                 Scheme(),
-		HealthProbeBindAddress: opts.HealthAddr,
-		Metrics:                metricsserver.Options{BindAddress: metricsAddr},
+		Scheme:                  Scheme(),
+		HealthProbeBindAddress:  opts.HealthAddr,
+		Metrics:                 metricsserver.Options{BindAddress: metricsAddr},
 		GracefulShutdownTimeout: ptr(30 * time.Second),
 	})
 	if err != nil {

@@ -111,7 +111,7 @@ func TestAPIRejectsBadObjects(t *testing.T) {
 	if err := c.Create(ctx, cl); err != nil {
 		t.Fatalf("creating a minimal cluster: %v", err)
 	}
-	if cl.Spec.Version != "v1.37.2" || cl.Spec.Runtime != fkev1.RuntimeLocal || cl.Spec.Network.PodCIDR != "10.244.0.0/16" || cl.Spec.Network.ServiceCIDR != "10.96.0.0/16" {
+	if cl.Spec.Version != "v1.37.2" || cl.Spec.Runtime != fkev1.RuntimeLocal || cl.Spec.Network.PodCIDR != "10.112.0.0/12" || cl.Spec.Network.ServiceCIDR != "10.96.0.0/16" {
 		t.Fatalf("defaults not applied: %+v", cl.Spec)
 	}
 	cl.Spec.Network.PodCIDR = "10.100.0.0/16"

@@ -158,9 +158,9 @@ func (r *Reconciler) writeSecret(ctx context.Context, exists bool, current, desi
 func ownedSecret(cl *fkev1.Cluster, name string, data map[string][]byte) *corev1.Secret {
 	return &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{
-			Namespace: cl.Namespace,
-			Name:      name,
-			Labels:    map[string]string{fkev1.LabelCluster: cl.Name},
+			Namespace:       cl.Namespace,
+			Name:            name,
+			Labels:          map[string]string{fkev1.LabelCluster: cl.Name},
 			OwnerReferences: []metav1.OwnerReference{*metav1.NewControllerRef(cl, fkev1.GroupVersion.WithKind("Cluster"))},
 		},
 		Type: corev1.SecretTypeOpaque,

@@ -10,8 +10,8 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/events"
@@ -138,6 +138,17 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.
 		if res, done := r.provision(ctx, m, cl, it, provider, pc); done {
 			return res, nil
 		}
+	} else if _, err := provider.Get(ctx, pc, m.Status.ProviderID); err != nil {
+		// Get also makes sure what the provider runs for the cluster is up
+		// (after a manager restart). An instance that vanished is replaced.
+		if !nodeprovider.IsNotFound(err) {
+			return ctrl.Result{}, fmt.Errorf("getting instance %s: %w", m.Status.ProviderID, err)
+		}
+		r.Recorder.Eventf(m, nil, corev1.EventTypeWarning, "InstanceGone", "Observe", "instance %s disappeared; the machine is replaced", m.Status.ProviderID)
+		if err := r.Client.Delete(ctx, m); err != nil && !apierrors.IsNotFound(err) {
+			return ctrl.Result{}, err
+		}
+		return ctrl.Result{}, nil
 	}
 	return r.observe(ctx, m, it, t)
 }
@@ -224,7 +235,5 @@ func splitKey(key string) (ns, name string, ok bool) {
 	}
 	return "", "", false
 }
-
-
 
 func isNotFound(err error) bool { return nodeprovider.IsNotFound(err) }

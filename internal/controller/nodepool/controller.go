@@ -13,8 +13,8 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/events"
@@ -186,9 +186,9 @@ func (r *Reconciler) apply(ctx context.Context, np *fkev1.NodePool, hash string,
 	for i := 0; i < plan.Create; i++ {
 		m := &fkev1.Machine{
 			ObjectMeta: metav1.ObjectMeta{
-				Namespace:    np.Namespace,
-				GenerateName: np.Name + "-",
-				Labels:       map[string]string{fkev1.LabelNodePool: np.Name, fkev1.LabelCluster: np.Spec.ClusterName},
+				Namespace:       np.Namespace,
+				GenerateName:    np.Name + "-",
+				Labels:          map[string]string{fkev1.LabelNodePool: np.Name, fkev1.LabelCluster: np.Spec.ClusterName},
 				OwnerReferences: []metav1.OwnerReference{*metav1.NewControllerRef(np, fkev1.GroupVersion.WithKind("NodePool"))},
 			},
 			Spec: fkev1.MachineSpec{

@@ -14,7 +14,9 @@ func TestDecide(t *testing.T) {
 	ready := func(name string, pods int, util float64) Member {
 		return Member{Name: name, Ready: true, Pods: pods, Utilization: util}
 	}
-	old := func(name string, isReady bool) Member { return Member{Name: name, Ready: isReady, Outdated: true, Pods: 1} }
+	old := func(name string, isReady bool) Member {
+		return Member{Name: name, Ready: isReady, Outdated: true, Pods: 1}
+	}
 
 	tests := []struct {
 		name       string

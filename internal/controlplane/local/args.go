@@ -16,8 +16,9 @@ type layout struct{ root string }
 func newLayout(root string) layout { return layout{root: root} }
 
 func (l layout) pki(file string) string      { return filepath.Join(l.root, "pki", file) }
-func (l layout) etcdData() string           { return filepath.Join(l.root, "etcd") }
+func (l layout) etcdData() string            { return filepath.Join(l.root, "etcd") }
 func (l layout) log(component string) string { return filepath.Join(l.root, "logs", component+".log") }
+func (l layout) schedulerConfig() string { return filepath.Join(l.root, "kube-scheduler.yaml") }
 func (l layout) kubeconfig(user string) string {
 	return filepath.Join(l.root, user+".kubeconfig")
 }
@@ -46,7 +47,7 @@ func (l layout) write(spec controlplane.Spec) error {
 			return err
 		}
 	}
-	return nil
+	return writeIfChanged(l.schedulerConfig(), schedulerConfig(l.kubeconfig(pki.Scheduler)))
 }
 
 func writeIfChanged(path string, data []byte) error {
@@ -145,6 +146,11 @@ func controllerManagerArgs(l layout, s controlplane.Spec) []string {
 		"--use-service-account-credentials=true",
 		"--controllers=*,bootstrapsigner,tokencleaner",
 		"--allocate-node-cidrs=true",
+		// Room for many nodes (kwok fleets of a thousand): the defaults of 20
+		// requests/s leave new nodes tainted not-ready for minutes.
+		"--kube-api-qps=500",
+		"--kube-api-burst=1000",
+		"--concurrent-replicaset-syncs=10",
 		"--cluster-cidr="+s.PodCIDR,
 		"--service-cluster-ip-range="+s.ServiceCIDR,
 		"--cluster-name="+filepath.Base(s.Key),
@@ -152,5 +158,28 @@ func controllerManagerArgs(l layout, s controlplane.Spec) []string {
 }
 
 func schedulerArgs(l layout, s controlplane.Spec) []string {
-	return componentCommon(l, s.Ports.Scheduler, pki.Scheduler)
+	kc := l.kubeconfig(pki.Scheduler)
+	return []string{
+		"--config=" + l.schedulerConfig(),
+		"--authentication-kubeconfig=" + kc,
+		"--authorization-kubeconfig=" + kc,
+		"--bind-address=127.0.0.1",
+		"--secure-port=" + strconv.Itoa(s.Ports.Scheduler),
+		"--profiling=false",
+		"--v=1",
+	}
+}
+
+// schedulerConfig is kube-scheduler's configuration: its kubeconfig, no
+// leader election, and a client fast enough to bind tens of thousands of pods.
+func schedulerConfig(kubeconfig string) []byte {
+	return []byte(`apiVersion: kubescheduler.config.k8s.io/v1
+kind: KubeSchedulerConfiguration
+clientConnection:
+  kubeconfig: ` + kubeconfig + `
+  qps: 500
+  burst: 1000
+leaderElection:
+  leaderElect: false
+`)
 }
