@@ -48,10 +48,11 @@ func validateName(kind, name string) error {
 
 func newClusterCreateCmd(g *globals) *cobra.Command {
 	var (
-		version string
-		wait    bool
-		timeout time.Duration
-		pools   []string
+		version  string
+		wait     bool
+		timeout  time.Duration
+		pools    []string
+		expander string
 	)
 	cmd := &cobra.Command{
 		Use:   "create NAME [--nodepool name=gpu,type=gpu-h100x8,replicas=2]",
@@ -82,7 +83,7 @@ func newClusterCreateCmd(g *globals) *cobra.Command {
 			}
 			cl := &fkev1.Cluster{
 				ObjectMeta: metav1.ObjectMeta{Namespace: g.namespace, Name: name},
-				Spec:       fkev1.ClusterSpec{Version: version},
+				Spec:       fkev1.ClusterSpec{Version: version, Autoscaling: fkev1.ClusterAutoscaling{Expander: fkev1.Expander(expander)}},
 			}
 			if err := c.Create(cmd.Context(), cl); err != nil {
 				return explainCluster(err, name)
@@ -112,6 +113,7 @@ func newClusterCreateCmd(g *globals) *cobra.Command {
 	}
 	cmd.Flags().StringVar(&version, "version", cluster.SupportedVersion, "Kubernetes version of the control plane")
 	cmd.Flags().BoolVar(&wait, "wait", false, "wait until the cluster (and its node pools) are Ready")
+	cmd.Flags().StringVar(&expander, "expander", string(fkev1.ExpanderLeastWaste), "node autoscaler expander: least-waste, price, priority or random")
 	cmd.Flags().StringArrayVar(&pools, "nodepool", nil, "add a node pool: name=N,type=T,replicas=R or name=N,type=T,min=A,max=B (repeatable)")
 	cmd.Flags().DurationVar(&timeout, "timeout", 5*time.Minute, "how long --wait waits")
 	return cmd
@@ -292,8 +294,10 @@ func parsePoolShortcut(namespace, clusterName, spec string) (*fkev1.NodePool, er
 		case "max":
 			o.max, err = num()
 			maxSet = true
+		case "unneeded":
+			o.unneededTime, err = time.ParseDuration(v)
 		default:
-			return nil, fmt.Errorf("--nodepool %q: unknown key %q (use name, type, replicas, min, max, provider)", spec, k)
+			return nil, fmt.Errorf("--nodepool %q: unknown key %q (use name, type, replicas, min, max, unneeded, provider)", spec, k)
 		}
 		if err != nil {
 			return nil, err

@@ -36,6 +36,8 @@ type poolOptions struct {
 	min, max        int32
 	labels          []string
 	disableGPUTaint bool
+	unneededTime    time.Duration
+	priority        int32
 }
 
 // splitPoolRef parses CLUSTER/NAME.
@@ -77,7 +79,10 @@ func buildPool(namespace, clusterName, name string, o poolOptions, replicasSet, 
 		if o.min > o.max {
 			return nil, fmt.Errorf("--min %d is greater than --max %d", o.min, o.max)
 		}
-		np.Spec.Autoscaling = &fkev1.NodePoolAutoscaling{MinSize: o.min, MaxSize: o.max}
+		np.Spec.Autoscaling = &fkev1.NodePoolAutoscaling{MinSize: o.min, MaxSize: o.max, Priority: o.priority}
+		if o.unneededTime > 0 {
+			np.Spec.Autoscaling.ScaleDownUnneededTime = &metav1.Duration{Duration: o.unneededTime}
+		}
 		np.Spec.Replicas = ptr.To(o.min)
 	default:
 		if o.replicas < 0 {
@@ -134,6 +139,8 @@ func addPoolFlags(cmd *cobra.Command, o *poolOptions) {
 	cmd.Flags().Int32Var(&o.max, "max", 0, "autoscaling: most nodes")
 	cmd.Flags().StringSliceVar(&o.labels, "label", nil, "node label KEY=VALUE (repeatable)")
 	cmd.Flags().BoolVar(&o.disableGPUTaint, "no-gpu-taint", false, "do not taint GPU nodes with nvidia.com/gpu=present:NoSchedule")
+	cmd.Flags().DurationVar(&o.unneededTime, "scale-down-unneeded-time", 0, "autoscaling: how long a node must be unneeded before removal (default 10m)")
+	cmd.Flags().Int32Var(&o.priority, "priority", 0, "autoscaling: rank for the priority expander (higher wins)")
 }
 
 func newNodePoolCreateCmd(g *globals) *cobra.Command {

@@ -93,16 +93,18 @@ func TestAPIRejectsBadObjects(t *testing.T) {
 	if err := c.Create(ctx, np); err != nil {
 		t.Fatalf("creating a valid pool: %v", err)
 	}
+	before := np.DeepCopy()
 	np.Spec.ClusterName = "other"
-	if err := c.Update(ctx, np); err == nil || !strings.Contains(err.Error(), "clusterName is immutable") {
+	if err := c.Patch(ctx, np, client.MergeFrom(before)); err == nil || !strings.Contains(err.Error(), "clusterName is immutable") {
 		t.Fatalf("changing clusterName: want 'clusterName is immutable', got %v", err)
 	}
 	m := &fkev1.Machine{ObjectMeta: meta("gpu-abc"), Spec: fkev1.MachineSpec{ClusterName: "demo", NodePoolName: "gpu", InstanceType: "gpu-h100x8", Provider: fkev1.ProviderKwok}}
 	if err := c.Create(ctx, m); err != nil {
 		t.Fatalf("creating a machine: %v", err)
 	}
+	mBefore := m.DeepCopy()
 	m.Spec.InstanceType = "cpu-small"
-	if err := c.Update(ctx, m); err == nil || !strings.Contains(err.Error(), "machine spec is immutable") {
+	if err := c.Patch(ctx, m, client.MergeFrom(mBefore)); err == nil || !strings.Contains(err.Error(), "machine spec is immutable") {
 		t.Fatalf("changing a machine: want 'machine spec is immutable', got %v", err)
 	}
 
@@ -114,8 +116,9 @@ func TestAPIRejectsBadObjects(t *testing.T) {
 	if cl.Spec.Version != "v1.37.2" || cl.Spec.Runtime != fkev1.RuntimeLocal || cl.Spec.Network.PodCIDR != "10.112.0.0/12" || cl.Spec.Network.ServiceCIDR != "10.96.0.0/16" {
 		t.Fatalf("defaults not applied: %+v", cl.Spec)
 	}
+	clBefore := cl.DeepCopy()
 	cl.Spec.Network.PodCIDR = "10.100.0.0/16"
-	if err := c.Update(ctx, cl); err == nil || !strings.Contains(err.Error(), "network is immutable") {
+	if err := c.Patch(ctx, cl, client.MergeFrom(clBefore)); err == nil || !strings.Contains(err.Error(), "network is immutable") {
 		t.Fatalf("changing the network: want 'network is immutable', got %v", err)
 	}
 }
