@@ -7,11 +7,9 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"os"
 	"path/filepath"
 	"sort"
 	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -95,18 +93,9 @@ func clusterRSSMB(b *testing.B, dataDir, name string) float64 {
 	if len(procs) != 4 {
 		b.Fatalf("cluster %s: want 4 control-plane processes, found %d", name, len(procs))
 	}
-	var kb float64
+	var mb float64
 	for _, p := range procs {
-		data, err := os.ReadFile("/proc/" + strconv.Itoa(p.PID) + "/status")
-		if err != nil {
-			b.Fatal(err)
-		}
-		for _, line := range strings.Split(string(data), "\n") {
-			if f := strings.Fields(line); len(f) >= 2 && f[0] == "VmRSS:" {
-				v, _ := strconv.ParseFloat(f[1], 64)
-				kb += v
-			}
-		}
+		mb += rssMB(p.PID)
 	}
-	return kb / 1024
+	return mb
 }

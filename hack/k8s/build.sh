@@ -33,6 +33,7 @@ all=(
   "kube-controller-manager|.|k8s.io/kubernetes/cmd/kube-controller-manager"
   "kube-scheduler|.|k8s.io/kubernetes/cmd/kube-scheduler"
   "kubelet|.|k8s.io/kubernetes/cmd/kubelet"
+  "kubectl|.|k8s.io/kubernetes/cmd/kubectl"
   "kwok|kwok|sigs.k8s.io/kwok/cmd/kwok"
 )
 
