@@ -6,7 +6,7 @@ BIN := $(OUTPUT)/bin
 CONTROLLER_GEN := $(OUTPUT)/tools/controller-gen
 export FKE_BIN_DIR ?= $(BIN)
 
-.PHONY: help all build binaries generate manifests test test-unit test-integration test-e2e demo bench vet clean
+.PHONY: help all build binaries generate generate-tenant-crds manifests test test-unit test-integration test-e2e demo bench vet clean
 
 help: ## list the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
@@ -27,6 +27,15 @@ $(CONTROLLER_GEN): hack/tools/go.mod hack/tools/go.sum
 generate: $(CONTROLLER_GEN) ## regenerate deepcopy code and CRD manifests
 	$(CONTROLLER_GEN) object paths=./api/...
 	$(CONTROLLER_GEN) crd paths=./api/... output:crd:artifacts:config=config/crd/bases
+
+# Tenant-side CRDs are generated from upstream Go types, pinned here.
+AUTOSCALER_APIS := k8s.io/autoscaler/cluster-autoscaler/apis@v0.0.0-20240830133931-adfbe7e45277
+
+generate-tenant-crds: $(CONTROLLER_GEN) ## regenerate the tenant-side CRDs (ProvisioningRequest) and the provreq types' deepcopy
+	dir=$$($(GO) mod download -json $(AUTOSCALER_APIS) | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$$/\1/p') && \
+	  test -n "$$dir" && \
+	  cd "$$dir" && GOFLAGS=-mod=readonly $(CONTROLLER_GEN) crd paths=./provisioningrequest/autoscaling.x-k8s.io/... output:crd:dir=$(CURDIR)/config/tenant/crd
+	$(CONTROLLER_GEN) object paths=./internal/autoscaler/provreq/v1/...
 
 vet: ## go vet
 	$(GO) vet ./...

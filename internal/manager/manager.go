@@ -21,6 +21,8 @@ import (
 
 	fkev1 "fke.dev/fke/api/v1alpha1"
 	"fke.dev/fke/internal/autoscaler"
+	"fke.dev/fke/internal/autoscaler/provreq"
+	"fke.dev/fke/internal/addons"
 	"fke.dev/fke/internal/binaries"
 	"fke.dev/fke/internal/controller/cluster"
 	"fke.dev/fke/internal/controller/machine"
@@ -53,6 +55,9 @@ func Scheme() *runtime.Scheme {
 		panic(err) // static registration; cannot fail at run time
 	}
 	if err := fkev1.AddToScheme(s); err != nil {
+		panic(err)
+	}
+	if err := provreq.AddToScheme(s); err != nil {
 		panic(err)
 	}
 	return s
@@ -132,12 +137,17 @@ func Run(ctx context.Context, opts Options) error {
 		return fmt.Errorf("setting up autoscaler: %w", err)
 	}
 	tenants.AddPodHandler(scaler.PodHandler)
+	provReqs := &provreq.Reconciler{Client: mgr.GetClient(), Tenants: tenants, Recorder: mgr.GetEventRecorder("fke-provisioningrequest")}
+	if err := provReqs.SetupWithManager(mgr); err != nil {
+		return fmt.Errorf("setting up provisioning request controller: %w", err)
+	}
 
 	if err := (&cluster.Reconciler{
 		Client:    mgr.GetClient(),
 		Runtime:   rt,
 		Recorder:  mgr.GetEventRecorder("fke-cluster"),
 		Versioner: ServerVersion,
+		Addons:    addons.EnsureProvisioningRequestAPI,
 		Tenants:   tenants,
 		Providers: providers,
 	}).SetupWithManager(mgr); err != nil {

@@ -14,6 +14,8 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -43,6 +45,10 @@ type Reconciler struct {
 	Recorder events.EventRecorder
 	// Versioner reads the version a ready API server reports; nil skips it.
 	Versioner func(ctx context.Context, endpoint string, kubeconfig []byte) (string, error)
+	// Addons installs what fke needs in a ready tenant cluster (e.g. the
+	// ProvisioningRequest API); nil skips it. It must be idempotent and cheap
+	// when everything is in place.
+	Addons func(ctx context.Context, cfg *rest.Config) error
 	// Tenants is disconnected from a deleted cluster; nil skips it.
 	Tenants *tenant.Registry
 	// Providers release what they run for a deleted cluster (kwok processes).
@@ -140,6 +146,18 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.
 	if !wasReady {
 		log.Info("control plane ready", "cluster", req.String(), "endpoint", st.Endpoint)
 		r.Recorder.Eventf(cl, nil, corev1.EventTypeNormal, "ControlPlaneReady", "Start", "control plane ready at %s", st.Endpoint)
+	}
+	if r.Addons != nil && (!wasReady || !meta.IsStatusConditionTrue(cl.Status.Conditions, fkev1.ConditionAddonsReady)) {
+		cfg, err := clientcmd.RESTConfigFromKubeConfig(kubeconfig)
+		if err == nil {
+			err = r.Addons(ctx, cfg)
+		}
+		if err != nil {
+			setAddons(cl, metav1.ConditionFalse, "InstallFailed", err.Error())
+			r.Recorder.Eventf(cl, nil, corev1.EventTypeWarning, "AddonsFailed", "Install", "installing addons: %v", err)
+			return ctrl.Result{RequeueAfter: 5 * time.Second}, nil
+		}
+		setAddons(cl, metav1.ConditionTrue, fkev1.ReasonReady, "ProvisioningRequest API installed")
 	}
 	if r.Versioner != nil && (cl.Status.Version == "" || !wasReady) {
 		v, err := r.Versioner(ctx, st.Endpoint, kubeconfig)

@@ -59,7 +59,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	return ctrl.NewControllerManagedBy(mgr).
 		For(&fkev1.Machine{}).
 		Named("machine").
-		WithOptions(controller.Options{MaxConcurrentReconciles: 16}).
+		WithOptions(controller.Options{MaxConcurrentReconciles: 32}).
 		WatchesRawSource(source.Channel(r.NodeEvents, &handler.EnqueueRequestForObject{})).
 		Complete(r)
 }

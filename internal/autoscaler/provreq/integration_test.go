@@ -1,0 +1,221 @@
+package provreq_test
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/clock"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	fkev1 "fke.dev/fke/api/v1alpha1"
+	"fke.dev/fke/internal/addons"
+	"fke.dev/fke/internal/autoscaler/provreq"
+	provreqv1 "fke.dev/fke/internal/autoscaler/provreq/v1"
+	"fke.dev/fke/internal/controller/cluster"
+	"fke.dev/fke/internal/manager"
+	"fke.dev/fke/internal/tenant"
+	"fke.dev/fke/test/testenv"
+)
+
+// TestProvisioningRequests runs the reconciler in the test process against a
+// real tenant cluster whose NodePool/Machine controllers run in fke-manager:
+// an atomic request that exceeds the pool's max size fails without creating
+// anything; one that fits grows the pool to exactly its size at once and is
+// provisioned when the nodes are ready; a check-capacity request then finds
+// the room without growing anything.
+func TestProvisioningRequests(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a management plane and a tenant cluster")
+	}
+	e := testenv.Up(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	e.MustRun("cluster", "create", "demo", "--nodepool", "name=gpu,type=gpu-h100x8,min=0,max=3", "--wait")
+	if err := addons.EnsureProvisioningRequestAPI(ctx, e.TenantConfig("demo")); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	if err := addons.EnsureProvisioningRequestAPI(ctx, e.TenantConfig("demo")); err != nil {
+		t.Fatalf("second install: %v", err)
+	}
+	t.Logf("EnsureProvisioningRequestAPI when present: %s", time.Since(start))
+
+	mgmt := e.Client()
+	scheme := manager.Scheme()
+	if err := provreq.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	tenants := tenant.NewRegistry(scheme, cluster.KubeconfigReader(mgmt), slog.Default())
+	defer tenants.Close()
+	r := &provreq.Reconciler{Client: mgmt, Tenants: tenants, Clock: clock.RealClock{}}
+	// Run passes continuously, as the controller's requeues would.
+	passErr := make(chan error, 1)
+	go func() {
+		req := ctrl.Request{NamespacedName: types.NamespacedName{Namespace: "default", Name: "demo"}}
+		for ctx.Err() == nil {
+			if _, err := r.Reconcile(ctx, req); err != nil && ctx.Err() == nil {
+				select {
+				case passErr <- err:
+				default:
+				}
+			}
+			select {
+			case <-ctx.Done():
+			case <-time.After(200 * time.Millisecond):
+			}
+		}
+	}()
+
+	tc, err := client.New(e.TenantConfig("demo"), client.Options{Scheme: scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustCreate(t, tc, &corev1.PodTemplate{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "trainer"},
+		Template: corev1.PodTemplateSpec{Spec: corev1.PodSpec{
+			Tolerations: []corev1.Toleration{{Key: "nvidia.com/gpu", Operator: corev1.TolerationOpExists}},
+			Containers: []corev1.Container{{Name: "train", Image: "trainer", Resources: corev1.ResourceRequirements{
+				Limits: corev1.ResourceList{"nvidia.com/gpu": resource.MustParse("8")},
+			}}},
+		}},
+	})
+
+	// (a) 4 × 8 GPUs against max 3: Failed, nothing grows.
+	mustCreate(t, tc, newRequest("too-big", provreqv1.ClassBestEffortAtomicScaleUp, 4))
+	waitCondition(t, tc, passErr, "too-big", provreqv1.Failed, "max size of pool gpu reached: need 4, 3 allowed")
+	if n := replicas(t, mgmt); n != 0 {
+		t.Fatalf("pool replicas = %d after a failed request, want 0", n)
+	}
+	if n := machines(t, mgmt); n != 0 {
+		t.Fatalf("%d machines after a failed request, want 0", n)
+	}
+
+	// (b) 2 × 8 GPUs: the pool goes 0 → 2 in one step, then Provisioned.
+	mustCreate(t, tc, newRequest("gang", provreqv1.ClassBestEffortAtomicScaleUp, 2))
+	testenv.Eventually(t, 30*time.Second, "pool resized for the gang", func() error {
+		if n := replicas(t, mgmt); n != 2 {
+			return fmt.Errorf("replicas %d", n)
+		}
+		return nil
+	})
+	testenv.Eventually(t, 10*time.Second, "scale decision recorded", func() error {
+		np := &fkev1.NodePool{}
+		if err := mgmt.Get(ctx, client.ObjectKey{Namespace: "default", Name: "gpu"}, np); err != nil {
+			return err
+		}
+		if d := np.Status.LastScaleDecision; d == nil || d.From != 0 || d.To != 2 {
+			return fmt.Errorf("last scale decision %+v, want 0 → 2 in one step", d)
+		}
+		return nil
+	})
+	waitCondition(t, tc, passErr, "gang", provreqv1.Provisioned, "")
+	gang := &provreqv1.ProvisioningRequest{}
+	if err := tc.Get(ctx, client.ObjectKey{Namespace: "default", Name: "gang"}, gang); err != nil {
+		t.Fatal(err)
+	}
+	if b, err := provreq.ParseBooking(gang); err != nil || b == nil || b.Pool != "gpu" || b.Nodes != 2 {
+		t.Fatalf("booking = %+v, %v; want gpu +2", b, err)
+	}
+	if n := replicas(t, mgmt); n != 2 {
+		t.Fatalf("pool replicas = %d after provisioning, want 2", n)
+	}
+
+	// (c) check-capacity for 1 × 8 GPUs finds the two empty nodes.
+	mustCreate(t, tc, newRequest("check", provreqv1.ClassCheckCapacity, 1))
+	waitCondition(t, tc, passErr, "check", provreqv1.Provisioned, "")
+	if n := replicas(t, mgmt); n != 2 {
+		t.Fatalf("pool replicas = %d after check-capacity, want 2", n)
+	}
+	if n := machines(t, mgmt); n != 2 {
+		t.Fatalf("%d machines after check-capacity, want 2", n)
+	}
+	var evs corev1.EventList
+	if err := tc.List(ctx, &evs, client.InNamespace("default")); err != nil {
+		t.Fatal(err)
+	}
+	reasons := map[string]bool{}
+	for _, ev := range evs.Items {
+		if ev.InvolvedObject.Kind == "ProvisioningRequest" {
+			reasons[ev.InvolvedObject.Name+"/"+ev.Reason] = true
+		}
+	}
+	for _, want := range []string{"too-big/CapacityIsNotFound", "gang/TriggeredScaleUp", "gang/CapacityIsProvisioned", "check/CapacityIsFound"} {
+		if !reasons[want] {
+			t.Errorf("no event %s; have %v", want, reasons)
+		}
+	}
+}
+
+func newRequest(name, class string, count int32) *provreqv1.ProvisioningRequest {
+	return &provreqv1.ProvisioningRequest{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name},
+		Spec: provreqv1.ProvisioningRequestSpec{
+			ProvisioningClassName: class,
+			PodSets:               []provreqv1.PodSet{{PodTemplateRef: provreqv1.Reference{Name: "trainer"}, Count: count}},
+		},
+	}
+}
+
+func mustCreate(t *testing.T, c client.Client, o client.Object) {
+	t.Helper()
+	if err := c.Create(context.Background(), o); err != nil {
+		t.Fatalf("creating %T %s: %v", o, o.GetName(), err)
+	}
+}
+
+// waitCondition waits until condition typ of request name is True (with
+// msg in its message when msg is set); a Failed condition ends the wait early.
+func waitCondition(t *testing.T, c client.Client, passErr <-chan error, name, typ, msg string) {
+	t.Helper()
+	testenv.Eventually(t, 90*time.Second, name+" "+typ, func() error {
+		select {
+		case err := <-passErr:
+			t.Logf("reconcile pass: %v", err) // transient (conflicts, caches); passes go on
+		default:
+		}
+		pr := &provreqv1.ProvisioningRequest{}
+		if err := c.Get(context.Background(), client.ObjectKey{Namespace: "default", Name: name}, pr); err != nil {
+			return err
+		}
+		if typ != provreqv1.Failed && meta.IsStatusConditionTrue(pr.Status.Conditions, provreqv1.Failed) {
+			t.Fatalf("%s failed: %+v", name, pr.Status.Conditions)
+		}
+		cnd := meta.FindStatusCondition(pr.Status.Conditions, typ)
+		if cnd == nil || cnd.Status != metav1.ConditionTrue {
+			return fmt.Errorf("conditions %+v", pr.Status.Conditions)
+		}
+		if msg != "" && !strings.Contains(cnd.Message, msg) {
+			t.Fatalf("%s %s message %q, want it to contain %q", name, typ, cnd.Message, msg)
+		}
+		return nil
+	})
+}
+
+func replicas(t *testing.T, c client.Client) int {
+	t.Helper()
+	np := &fkev1.NodePool{}
+	if err := c.Get(context.Background(), client.ObjectKey{Namespace: "default", Name: "gpu"}, np); err != nil {
+		t.Fatal(err)
+	}
+	return int(ptr.Deref(np.Spec.Replicas, 0))
+}
+
+func machines(t *testing.T, c client.Client) int {
+	t.Helper()
+	var ms fkev1.MachineList
+	if err := c.List(context.Background(), &ms, client.MatchingLabels{fkev1.LabelNodePool: "gpu"}); err != nil {
+		t.Fatal(err)
+	}
+	return len(ms.Items)
+}
