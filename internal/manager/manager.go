@@ -20,9 +20,9 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	fkev1 "fke.dev/fke/api/v1alpha1"
+	"fke.dev/fke/internal/addons"
 	"fke.dev/fke/internal/autoscaler"
 	"fke.dev/fke/internal/autoscaler/provreq"
-	"fke.dev/fke/internal/addons"
 	"fke.dev/fke/internal/binaries"
 	"fke.dev/fke/internal/controller/cluster"
 	"fke.dev/fke/internal/controller/machine"

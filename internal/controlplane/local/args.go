@@ -18,7 +18,7 @@ func newLayout(root string) layout { return layout{root: root} }
 func (l layout) pki(file string) string      { return filepath.Join(l.root, "pki", file) }
 func (l layout) etcdData() string            { return filepath.Join(l.root, "etcd") }
 func (l layout) log(component string) string { return filepath.Join(l.root, "logs", component+".log") }
-func (l layout) schedulerConfig() string { return filepath.Join(l.root, "kube-scheduler.yaml") }
+func (l layout) schedulerConfig() string     { return filepath.Join(l.root, "kube-scheduler.yaml") }
 func (l layout) kubeconfig(user string) string {
 	return filepath.Join(l.root, user+".kubeconfig")
 }
