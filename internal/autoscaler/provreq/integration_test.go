@@ -3,7 +3,6 @@ package provreq_test
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"strings"
 	"testing"
 	"time"
@@ -12,19 +11,14 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/utils/clock"
 	"k8s.io/utils/ptr"
-	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	fkev1 "fke.dev/fke/api/v1alpha1"
 	"fke.dev/fke/internal/addons"
 	"fke.dev/fke/internal/autoscaler/provreq"
 	provreqv1 "fke.dev/fke/internal/autoscaler/provreq/v1"
-	"fke.dev/fke/internal/controller/cluster"
 	"fke.dev/fke/internal/manager"
-	"fke.dev/fke/internal/tenant"
 	"fke.dev/fke/test/testenv"
 )
 
@@ -39,11 +33,15 @@ func TestProvisioningRequests(t *testing.T) {
 		t.Skip("starts a management plane and a tenant cluster")
 	}
 	e := testenv.Up(t)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
+	ctx := context.Background()
 	e.MustRun("cluster", "create", "demo", "--nodepool", "name=gpu,type=gpu-h100x8,min=0,max=3", "--wait")
-	if err := addons.EnsureProvisioningRequestAPI(ctx, e.TenantConfig("demo")); err != nil {
+	// The manager installed the API when the cluster became ready.
+	cl := &fkev1.Cluster{}
+	if err := e.Client().Get(ctx, client.ObjectKey{Namespace: "default", Name: "demo"}, cl); err != nil {
 		t.Fatal(err)
+	}
+	if !meta.IsStatusConditionTrue(cl.Status.Conditions, fkev1.ConditionAddonsReady) {
+		t.Fatalf("cluster conditions %+v: want AddonsReady", cl.Status.Conditions)
 	}
 	start := time.Now()
 	if err := addons.EnsureProvisioningRequestAPI(ctx, e.TenantConfig("demo")); err != nil {
@@ -56,27 +54,9 @@ func TestProvisioningRequests(t *testing.T) {
 	if err := provreq.AddToScheme(scheme); err != nil {
 		t.Fatal(err)
 	}
-	tenants := tenant.NewRegistry(scheme, cluster.KubeconfigReader(mgmt), slog.Default())
-	defer tenants.Close()
-	r := &provreq.Reconciler{Client: mgmt, Tenants: tenants, Clock: clock.RealClock{}}
-	// Run passes continuously, as the controller's requeues would.
-	passErr := make(chan error, 1)
-	go func() {
-		req := ctrl.Request{NamespacedName: types.NamespacedName{Namespace: "default", Name: "demo"}}
-		for ctx.Err() == nil {
-			if _, err := r.Reconcile(ctx, req); err != nil && ctx.Err() == nil {
-				select {
-				case passErr <- err:
-				default:
-				}
-			}
-			select {
-			case <-ctx.Done():
-			case <-time.After(200 * time.Millisecond):
-			}
-		}
-	}()
-
+	// fke-manager runs the ProvisioningRequest controller; nothing runs in
+	// the test process but the checks.
+	passErr := make(chan error)
 	tc, err := client.New(e.TenantConfig("demo"), client.Options{Scheme: scheme})
 	if err != nil {
 		t.Fatal(err)
