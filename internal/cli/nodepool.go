@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
@@ -38,6 +39,7 @@ type poolOptions struct {
 	disableGPUTaint bool
 	unneededTime    time.Duration
 	priority        int32
+	taints          []string
 }
 
 // splitPoolRef parses CLUSTER/NAME.
@@ -100,7 +102,28 @@ func buildPool(namespace, clusterName, name string, o poolOptions, replicasSet, 
 			np.Spec.Labels[k] = v
 		}
 	}
+	for _, spec := range o.taints {
+		t, err := parseTaint(spec)
+		if err != nil {
+			return nil, err
+		}
+		np.Spec.Taints = append(np.Spec.Taints, t)
+	}
 	return np, nil
+}
+
+// parseTaint parses KEY[=VALUE]:EFFECT as kubectl taint does.
+func parseTaint(spec string) (corev1.Taint, error) {
+	kv, effect, ok := strings.Cut(spec, ":")
+	t := corev1.Taint{Effect: corev1.TaintEffect(effect)}
+	t.Key, t.Value, _ = strings.Cut(kv, "=")
+	switch {
+	case !ok || t.Key == "":
+		return t, fmt.Errorf("taint %q must be KEY[=VALUE]:EFFECT", spec)
+	case t.Effect != corev1.TaintEffectNoSchedule && t.Effect != corev1.TaintEffectPreferNoSchedule && t.Effect != corev1.TaintEffectNoExecute:
+		return t, fmt.Errorf("taint %q: effect must be NoSchedule, PreferNoSchedule or NoExecute", spec)
+	}
+	return t, nil
 }
 
 // createPool checks that the cluster and instance type exist, then creates the pool.
@@ -138,6 +161,7 @@ func addPoolFlags(cmd *cobra.Command, o *poolOptions) {
 	cmd.Flags().Int32Var(&o.min, "min", 0, "autoscaling: fewest nodes (0 allows scale to zero)")
 	cmd.Flags().Int32Var(&o.max, "max", 0, "autoscaling: most nodes")
 	cmd.Flags().StringSliceVar(&o.labels, "label", nil, "node label KEY=VALUE (repeatable)")
+	cmd.Flags().StringSliceVar(&o.taints, "taint", nil, "node taint KEY[=VALUE]:EFFECT (repeatable)")
 	cmd.Flags().BoolVar(&o.disableGPUTaint, "no-gpu-taint", false, "do not taint GPU nodes with nvidia.com/gpu=present:NoSchedule")
 	cmd.Flags().DurationVar(&o.unneededTime, "scale-down-unneeded-time", 0, "autoscaling: how long a node must be unneeded before removal (default 10m)")
 	cmd.Flags().Int32Var(&o.priority, "priority", 0, "autoscaling: rank for the priority expander (higher wins)")
