@@ -1,6 +1,7 @@
 package decide
 
 import (
+	"time"
 	"fmt"
 	"testing"
 
@@ -115,5 +116,15 @@ func TestBenchClusterPlan(t *testing.T) {
 	}
 	if total != 500 || len(plan.Schedulable) != 0 {
 		t.Fatalf("helped %d, schedulable %d, not triggered %d", total, len(plan.Schedulable), len(plan.NotTriggerScaleUp))
+	}
+}
+
+func BenchmarkScaleDown1000Nodes30000Pods(b *testing.B) {
+	s, pools := benchCluster()
+	s.Pending = nil
+	now := time.Unix(1_700_000_000, 0)
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		ScaleDown(s, pools, map[string]time.Time{}, now)
 	}
 }

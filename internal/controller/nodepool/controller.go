@@ -30,6 +30,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	fkev1 "fke.dev/fke/api/v1alpha1"
+	"fke.dev/fke/internal/nodetemplate"
 	"fke.dev/fke/internal/tenant"
 )
 
@@ -82,7 +83,9 @@ func (r *Reconciler) NodeHandler(clusterKey string, node *corev1.Node) {
 // PodHandler turns a change of a pod bound to a pool's node into a
 // reconcile of that pool (GPU allocation in its status).
 func (r *Reconciler) PodHandler(clusterKey string, pod *corev1.Pod) {
-	if pod.Spec.NodeName == "" {
+	// Only GPU pods change what the pool reports (GPUs allocated); the
+	// thousands of other pods of a large cluster do not wake the pool up.
+	if pod.Spec.NodeName == "" || !requestsGPU(pod) {
 		return
 	}
 	t, err := r.Tenants.Get(context.Background(), clusterKey)
@@ -306,4 +309,16 @@ func cutKey(key string) (ns, name string, ok bool) {
 		}
 	}
 	return "", "", false
+}
+
+func requestsGPU(p *corev1.Pod) bool {
+	for _, c := range p.Spec.Containers {
+		if _, ok := c.Resources.Limits[nodetemplate.ResourceGPU]; ok {
+			return true
+		}
+		if _, ok := c.Resources.Requests[nodetemplate.ResourceGPU]; ok {
+			return true
+		}
+	}
+	return false
 }

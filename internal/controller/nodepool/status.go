@@ -34,7 +34,7 @@ func nodeUsage(ctx context.Context, t *tenant.Tenant, machines []*fkev1.Machine)
 			continue
 		}
 		var pods corev1.PodList
-		if err := t.Client.List(ctx, &pods, client.MatchingFields{tenant.PodNodeNameField: node.Name}); err != nil {
+		if err := t.Client.List(ctx, &pods, client.MatchingFields{tenant.PodNodeNameField: node.Name}, client.UnsafeDisableDeepCopy); err != nil {
 			return nil, fmt.Errorf("listing pods on %s: %w", node.Name, err)
 		}
 		out[node.Name] = Usage(node, pods.Items)
