@@ -47,7 +47,9 @@ func TestSimulationAgreesWithKubeScheduler(t *testing.T) {
 		return nil
 	})
 
-	cpu := func(q string) corev1.ResourceList { return corev1.ResourceList{corev1.ResourceCPU: resource.MustParse(q)} }
+	cpu := func(q string) corev1.ResourceList {
+		return corev1.ResourceList{corev1.ResourceCPU: resource.MustParse(q)}
+	}
 	gpu := func(n int64) corev1.ResourceList {
 		return corev1.ResourceList{"nvidia.com/gpu": *resource.NewQuantity(n, resource.DecimalSI)}
 	}

@@ -1,9 +1,9 @@
 package decide
 
 import (
-	"time"
 	"fmt"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
