@@ -147,6 +147,38 @@ func TestNodePools(t *testing.T) {
 		t.Fatalf("GPU pod moved to %s", node)
 	}
 
+	// Changing the pool's labels replaces its node as a rolling update
+	// (maxSurge 1, maxUnavailable 0: never fewer than one ready CPU node).
+	oldCPU := names(poolNodes(t, cs, "cpu"))
+	cpuPool := &fkev1.NodePool{}
+	if err := e.Client().Get(ctx, client.ObjectKey{Namespace: "default", Name: "cpu"}, cpuPool); err != nil {
+		t.Fatal(err)
+	}
+	patch := client.MergeFrom(cpuPool.DeepCopy())
+	cpuPool.Spec.Labels = map[string]string{"tier": "frontend"}
+	if err := e.Client().Patch(ctx, cpuPool, patch); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 90*time.Second, "cpu node replaced", func() error {
+		nodes := poolNodes(t, cs, "cpu")
+		ready := 0
+		for i := range nodes {
+			if nodeReady(&nodes[i]) {
+				ready++
+			}
+		}
+		if ready == 0 {
+			t.Errorf("no ready CPU node during the rolling update (maxUnavailable 0)")
+		}
+		if len(nodes) > 2 {
+			t.Errorf("%d CPU nodes during the rolling update, maxSurge allows 2", len(nodes))
+		}
+		if len(nodes) != 1 || nodes[0].Name == oldCPU[0] || nodes[0].Labels["tier"] != "frontend" {
+			return fmt.Errorf("nodes %v", names(nodes))
+		}
+		return nil
+	})
+
 	// Deleting the pool removes its nodes and Machines.
 	e.MustRun("nodepool", "delete", "demo/gpu", "--wait")
 	testenv.Eventually(t, 60*time.Second, "GPU nodes gone", func() error {
