@@ -63,6 +63,16 @@ var (
 	buildErr  error
 )
 
+// Main runs a package's tests and then removes what testenv built for them.
+// Use it from TestMain: func TestMain(m *testing.M) { testenv.Main(m) }.
+func Main(m *testing.M) {
+	code := m.Run()
+	if fkeBin != "" {
+		os.RemoveAll(filepath.Dir(fkeBin))
+	}
+	os.Exit(code)
+}
+
 // FkeBinary builds cmd/fke once per test process and returns its path.
 func FkeBinary(t testing.TB) string {
 	t.Helper()

@@ -1,0 +1,9 @@
+package integration
+
+import (
+	"testing"
+
+	"fke.dev/fke/test/testenv"
+)
+
+func TestMain(m *testing.M) { testenv.Main(m) }
