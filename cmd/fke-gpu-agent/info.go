@@ -21,23 +21,11 @@ func printInfo(ctx context.Context, w io.Writer, cfg config.Config, output strin
 	if output != "json" && output != "table" {
 		return fmt.Errorf("-o %q: must be json or table", output)
 	}
-	mig, err := mockMIG(cfg)
+	lib, sys, devs, err := discover(ctx, cfg)
 	if err != nil {
 		return err
 	}
-	lib, err := nvml.Open(ctx, cfg.Backend, cfg.NodeName, mig)
-	if err != nil {
-		return fmt.Errorf("opening NVML backend %s: %w", cfg.Backend, err)
-	}
 	defer lib.Close()
-	sys, err := lib.System(ctx)
-	if err != nil {
-		return fmt.Errorf("reading system info: %w", err)
-	}
-	devs, err := lib.Devices(ctx)
-	if err != nil {
-		return fmt.Errorf("discovering GPUs: %w", err)
-	}
 	if output == "json" {
 		enc := json.NewEncoder(w)
 		enc.SetIndent("", "  ")
@@ -64,4 +52,26 @@ func printInfo(ctx context.Context, w io.Writer, cfg config.Config, output strin
 		}
 	}
 	return tw.Flush()
+}
+
+// discover opens the configured NVML backend and reads the system and its
+// GPUs. The caller closes lib.
+func discover(ctx context.Context, cfg config.Config) (lib nvml.Interface, sys nvml.System, devs []nvml.Device, err error) {
+	mig, err := mockMIG(cfg)
+	if err != nil {
+		return nil, sys, nil, err
+	}
+	lib, err = nvml.Open(ctx, cfg.Backend, cfg.NodeName, mig)
+	if err != nil {
+		return nil, sys, nil, fmt.Errorf("opening NVML backend %s: %w", cfg.Backend, err)
+	}
+	if sys, err = lib.System(ctx); err != nil {
+		lib.Close()
+		return nil, sys, nil, fmt.Errorf("reading system info: %w", err)
+	}
+	if devs, err = lib.Devices(ctx); err != nil {
+		lib.Close()
+		return nil, sys, nil, fmt.Errorf("discovering GPUs: %w", err)
+	}
+	return lib, sys, devs, nil
 }

@@ -19,7 +19,6 @@ import (
 	"fke.dev/fke/internal/gpu/labels"
 	"fke.dev/fke/internal/gpu/metrics"
 	"fke.dev/fke/internal/gpu/node"
-	"fke.dev/fke/internal/gpu/nvml"
 )
 
 func runAgent(cmd *cobra.Command, o *options, flagged *config.Config) error {
@@ -32,23 +31,11 @@ func runAgent(cmd *cobra.Command, o *options, flagged *config.Config) error {
 		return err
 	}
 	ctx := cmd.Context()
-	mig, err := mockMIG(cfg)
+	lib, sys, devs, err := discover(ctx, cfg)
 	if err != nil {
 		return err
 	}
-	lib, err := nvml.Open(ctx, cfg.Backend, cfg.NodeName, mig)
-	if err != nil {
-		return fmt.Errorf("opening NVML backend %s: %w", cfg.Backend, err)
-	}
 	defer lib.Close()
-	sys, err := lib.System(ctx)
-	if err != nil {
-		return fmt.Errorf("reading system info: %w", err)
-	}
-	devs, err := lib.Devices(ctx)
-	if err != nil {
-		return fmt.Errorf("discovering GPUs: %w", err)
-	}
 	uuids := make([]string, len(devs))
 	for i, d := range devs {
 		uuids[i] = d.UUID

@@ -91,7 +91,19 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if err := mgr.Add(manager.RunnableFunc(r.sendPodEvents)); err != nil {
 		return err
 	}
-	toCluster := handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
+	toCluster := EnqueueCluster()
+	return ctrl.NewControllerManagedBy(mgr).
+		For(&fkev1.Cluster{}).
+		Named("autoscaler").
+		Watches(&fkev1.NodePool{}, toCluster).
+		Watches(&fkev1.Machine{}, toCluster).
+		WatchesRawSource(source.Channel(r.Events, &handler.EnqueueRequestForObject{})).
+		Complete(r)
+}
+
+// EnqueueCluster maps a NodePool or Machine to a request for its Cluster.
+func EnqueueCluster() handler.EventHandler {
+	return handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
 		var name string
 		switch v := o.(type) {
 		case *fkev1.NodePool:
@@ -104,13 +116,6 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		}
 		return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: o.GetNamespace(), Name: name}}}
 	})
-	return ctrl.NewControllerManagedBy(mgr).
-		For(&fkev1.Cluster{}).
-		Named("autoscaler").
-		Watches(&fkev1.NodePool{}, toCluster).
-		Watches(&fkev1.Machine{}, toCluster).
-		WatchesRawSource(source.Channel(r.Events, &handler.EnqueueRequestForObject{})).
-		Complete(r)
 }
 
 // PodHandler wakes the autoscaler of a cluster when one of its pods becomes unschedulable.

@@ -119,6 +119,26 @@ func newClusterCreateCmd(g *globals) *cobra.Command {
 	return cmd
 }
 
+// waitGone polls until obj no longer exists or timeout passes.
+func waitGone(ctx context.Context, c client.Client, obj client.Object, timeout time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	key := client.ObjectKeyFromObject(obj)
+	for {
+		probe := obj.DeepCopyObject().(client.Object)
+		if err := c.Get(ctx, key, probe); apierrors.IsNotFound(err) {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-tick.C:
+		}
+	}
+}
+
 // waitClusterReady polls until Ready, printing each new condition message.
 func waitClusterReady(ctx context.Context, c client.Client, key client.ObjectKey, timeout time.Duration, out io.Writer) error {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
@@ -368,22 +388,11 @@ func newClusterDeleteCmd(g *globals) *cobra.Command {
 				fmt.Fprintf(g.out, "cluster %s is being deleted\n", args[0])
 				return nil
 			}
-			ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
-			defer cancel()
-			tick := time.NewTicker(100 * time.Millisecond)
-			defer tick.Stop()
-			for {
-				err := c.Get(ctx, key, &fkev1.Cluster{})
-				if apierrors.IsNotFound(err) {
-					fmt.Fprintf(g.out, "cluster %s deleted\n", args[0])
-					return nil
-				}
-				select {
-				case <-ctx.Done():
-					return fmt.Errorf("cluster %s still exists after %s; see `fke cluster get %s`", args[0], timeout, args[0])
-				case <-tick.C:
-				}
+			if err := waitGone(cmd.Context(), c, cl, timeout); err != nil {
+				return fmt.Errorf("cluster %s still exists after %s; see `fke cluster get %s`", args[0], timeout, args[0])
 			}
+			fmt.Fprintf(g.out, "cluster %s deleted\n", args[0])
+			return nil
 		},
 	}
 	cmd.Flags().BoolVar(&wait, "wait", false, "wait until the cluster is gone")

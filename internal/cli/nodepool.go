@@ -428,21 +428,11 @@ func newNodePoolDeleteCmd(g *globals) *cobra.Command {
 				fmt.Fprintf(g.out, "node pool %s is being deleted\n", args[0])
 				return nil
 			}
-			ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
-			defer cancel()
-			tick := time.NewTicker(200 * time.Millisecond)
-			defer tick.Stop()
-			for {
-				if err := c.Get(ctx, client.ObjectKeyFromObject(np), &fkev1.NodePool{}); apierrors.IsNotFound(err) {
-					fmt.Fprintf(g.out, "node pool %s deleted\n", args[0])
-					return nil
-				}
-				select {
-				case <-ctx.Done():
-					return fmt.Errorf("node pool %s still exists after %s", args[0], timeout)
-				case <-tick.C:
-				}
+			if err := waitGone(cmd.Context(), c, np, timeout); err != nil {
+				return fmt.Errorf("node pool %s still exists after %s", args[0], timeout)
 			}
+			fmt.Fprintf(g.out, "node pool %s deleted\n", args[0])
+			return nil
 		},
 	}
 	cmd.Flags().BoolVar(&wait, "wait", false, "wait until the pool and its nodes are gone")

@@ -75,19 +75,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if r.Events == nil {
 		r.Events = make(chan event.GenericEvent, 1024)
 	}
-	toCluster := handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
-		var name string
-		switch v := o.(type) {
-		case *fkev1.NodePool:
-			name = v.Spec.ClusterName
-		case *fkev1.Machine:
-			name = v.Spec.ClusterName
-		}
-		if name == "" {
-			return nil
-		}
-		return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: o.GetNamespace(), Name: name}}}
-	})
+	toCluster := autoscaler.EnqueueCluster()
 	return ctrl.NewControllerManagedBy(mgr).
 		For(&fkev1.Cluster{}).
 		Named("provisioningrequest").
