@@ -94,7 +94,11 @@ func (g *globals) client() (client.Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	c, err := client.New(cfg, client.Options{Scheme: manager.Scheme()})
+	scheme, err := manager.Scheme()
+	if err != nil {
+		return nil, err
+	}
+	c, err := client.New(cfg, client.Options{Scheme: scheme})
 	if err != nil {
 		return nil, fmt.Errorf("connecting to the management API: %w", err)
 	}

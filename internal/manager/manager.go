@@ -48,19 +48,16 @@ type Options struct {
 	Logger      *slog.Logger
 }
 
-// Scheme returns the scheme with the built-in and fke.dev kinds.
-func Scheme() *runtime.Scheme {
+// Scheme returns a scheme with the built-in kinds, the fke.dev kinds and the
+// ProvisioningRequest kinds of tenant clusters.
+func Scheme() (*runtime.Scheme, error) {
 	s := runtime.NewScheme()
-	if err := clientgoscheme.AddToScheme(s); err != nil {
-		panic(err) // static registration; cannot fail at run time
+	for _, add := range []func(*runtime.Scheme) error{clientgoscheme.AddToScheme, fkev1.AddToScheme, provreq.AddToScheme} {
+		if err := add(s); err != nil {
+			return nil, fmt.Errorf("building scheme: %w", err)
+		}
 	}
-	if err := fkev1.AddToScheme(s); err != nil {
-		panic(err)
-	}
-	if err := provreq.AddToScheme(s); err != nil {
-		panic(err)
-	}
-	return s
+	return s, nil
 }
 
 // Run runs the manager until ctx ends, then stops every control plane it started.
@@ -79,8 +76,12 @@ func Run(ctx context.Context, opts Options) error {
 	if metricsAddr == "" {
 		metricsAddr = "0"
 	}
+	scheme, err := Scheme()
+	if err != nil {
+		return err
+	}
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
-		Scheme:                  Scheme(),
+		Scheme:                  scheme,
 		HealthProbeBindAddress:  opts.HealthAddr,
 		Metrics:                 metricsserver.Options{BindAddress: metricsAddr},
 		GracefulShutdownTimeout: ptr(30 * time.Second),
@@ -116,7 +117,7 @@ func Run(ctx context.Context, opts Options) error {
 			log.Error("stopping kwok", "error", err)
 		}
 	}()
-	tenants := tenant.NewRegistry(Scheme(), cluster.KubeconfigReader(mgr.GetClient()), log.With("component", "tenants"))
+	tenants := tenant.NewRegistry(scheme, cluster.KubeconfigReader(mgr.GetClient()), log.With("component", "tenants"))
 	defer tenants.Close()
 
 	machines := &machine.Reconciler{

@@ -179,7 +179,11 @@ func (e *Env) ManagementConfig() *rest.Config {
 // Client returns a client of the management API.
 func (e *Env) Client() client.Client {
 	e.T.Helper()
-	c, err := client.New(e.ManagementConfig(), client.Options{Scheme: manager.Scheme()})
+	scheme, err := manager.Scheme()
+	if err != nil {
+		e.T.Fatal(err)
+	}
+	c, err := client.New(e.ManagementConfig(), client.Options{Scheme: scheme})
 	if err != nil {
 		e.T.Fatal(err)
 	}

@@ -50,7 +50,10 @@ func TestProvisioningRequests(t *testing.T) {
 	t.Logf("EnsureProvisioningRequestAPI when present: %s", time.Since(start))
 
 	mgmt := e.Client()
-	scheme := manager.Scheme()
+	scheme, err := manager.Scheme()
+	if err != nil {
+		t.Fatal(err)
+	}
 	if err := provreq.AddToScheme(scheme); err != nil {
 		t.Fatal(err)
 	}
