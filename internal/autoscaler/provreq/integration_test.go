@@ -54,9 +54,6 @@ func TestProvisioningRequests(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := provreq.AddToScheme(scheme); err != nil {
-		t.Fatal(err)
-	}
 	// fke-manager runs the ProvisioningRequest controller; nothing runs in
 	// the test process but the checks.
 	passErr := make(chan error)
