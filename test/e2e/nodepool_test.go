@@ -50,6 +50,14 @@ func TestNodePools(t *testing.T) {
 		t.Fatalf("rejected cluster create left %d clusters (%v)", len(clusters.Items), err)
 	}
 
+	// The default catalog is installed and listed as a table.
+	types := e.MustRun("instancetypes")
+	for _, want := range []string{"NAME", "PRICE/H", "cpu-small", "gpu-l4x1", "gpu-a100x8", "gpu-h200x8", "gpu-b200x8", "NVIDIA-H100-80GB-HBM3"} {
+		if !strings.Contains(types, want) {
+			t.Errorf("fke instancetypes lacks %q:\n%s", want, types)
+		}
+	}
+
 	e.MustRun("nodepool", "create", "demo/gpu", "--instance-type", "gpu-h100x8", "--replicas", "2", "--wait")
 	e.MustRun("nodepool", "create", "demo/cpu", "--instance-type", "cpu-medium", "--replicas", "1", "--wait")
 	cs := e.Tenant("demo")
