@@ -95,8 +95,10 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	return ctrl.NewControllerManagedBy(mgr).
 		For(&fkev1.Cluster{}).
 		Named("autoscaler").
+		// Machines are not watched: their many status changes while nodes
+		// come up would keep the loop busy and delay the pass a new
+		// unschedulable pod needs. Upcoming machines are rechecked every 2 s.
 		Watches(&fkev1.NodePool{}, toCluster).
-		Watches(&fkev1.Machine{}, toCluster).
 		WatchesRawSource(source.Channel(r.Events, &handler.EnqueueRequestForObject{})).
 		Complete(r)
 }
