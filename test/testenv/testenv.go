@@ -126,6 +126,8 @@ func New(t testing.TB) *Env {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Runs after Up's `fke down` (cleanups run last-registered first).
+	t.Cleanup(func() { os.RemoveAll(dir) })
 	return &Env{T: t, DataDir: dir, BinDir: bin, Fke: FkeBinary(t)}
 }
 
