@@ -264,20 +264,13 @@ func (r *Reconciler) gather(ctx context.Context, cl *fkev1.Cluster) (*input, err
 		return nil, err
 	}
 	in.tenant = t
-	var nodes corev1.NodeList
-	// The decision code only reads: skip the cache's deep copies (30,000 pods).
-	if err := t.Client.List(ctx, &nodes, client.UnsafeDisableDeepCopy); err != nil {
+	// The decision code only reads: take the cache's objects without copies
+	// (30,000 pods would otherwise be copied on every pass).
+	if in.nodes, err = t.Nodes(ctx); err != nil {
 		return nil, fmt.Errorf("listing nodes: %w", err)
 	}
-	for i := range nodes.Items {
-		in.nodes = append(in.nodes, &nodes.Items[i])
-	}
-	var pods corev1.PodList
-	if err := t.Client.List(ctx, &pods, client.UnsafeDisableDeepCopy); err != nil {
+	if in.pods, err = t.Pods(ctx); err != nil {
 		return nil, fmt.Errorf("listing pods: %w", err)
-	}
-	for i := range pods.Items {
-		in.pods = append(in.pods, &pods.Items[i])
 	}
 	var pdbs policyv1.PodDisruptionBudgetList
 	if err := t.Client.List(ctx, &pdbs); err != nil {

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes"
@@ -212,4 +213,46 @@ func watch[T client.Object](ctx context.Context, c cache.Cache, obj T, fn func(T
 		DeleteFunc: notify,
 	})
 	return err
+}
+
+// Pods returns every cached Pod of the tenant without copying: the objects
+// are the cache's own and must not be modified. For decision passes over
+// tens of thousands of pods, where a List would allocate a copy of each.
+func (t *Tenant) Pods(ctx context.Context) ([]*corev1.Pod, error) {
+	return cachedObjects[*corev1.Pod](ctx, t, &corev1.Pod{}, &corev1.PodList{})
+}
+
+// Nodes is Pods for Nodes (same read-only contract).
+func (t *Tenant) Nodes(ctx context.Context) ([]*corev1.Node, error) {
+	return cachedObjects[*corev1.Node](ctx, t, &corev1.Node{}, &corev1.NodeList{})
+}
+
+// cachedObjects reads the informer's store directly; when the informer does
+// not expose it, it falls back to a List without deep copies.
+func cachedObjects[T client.Object](ctx context.Context, t *Tenant, obj T, list client.ObjectList) ([]T, error) {
+	inf, err := t.Cache.GetInformer(ctx, obj)
+	if err != nil {
+		return nil, err
+	}
+	if s, ok := inf.(interface{ GetStore() toolscache.Store }); ok {
+		items := s.GetStore().List()
+		out := make([]T, 0, len(items))
+		for _, it := range items {
+			if o, ok := it.(T); ok {
+				out = append(out, o)
+			}
+		}
+		return out, nil
+	}
+	if err := t.Client.List(ctx, list, client.UnsafeDisableDeepCopy); err != nil {
+		return nil, err
+	}
+	var out []T
+	err = meta.EachListItem(list, func(o runtime.Object) error {
+		if typed, ok := o.(T); ok {
+			out = append(out, typed)
+		}
+		return nil
+	})
+	return out, err
 }
