@@ -215,42 +215,33 @@ func measureBurst(b *testing.B, e *testenv.Env, cs kubernetes.Interface, burst i
 }
 
 func smallDeployment(name string, replicas int32) *appsv1.Deployment {
-	labels := map[string]string{"app": name, "tier": "web"}
-	return &appsv1.Deployment{
-		ObjectMeta: metav1.ObjectMeta{Name: name},
-		Spec: appsv1.DeploymentSpec{
-			Replicas: ptr.To(replicas),
-			Selector: &metav1.LabelSelector{MatchLabels: labels},
-			Template: corev1.PodTemplateSpec{
-				ObjectMeta: metav1.ObjectMeta{Labels: labels},
-				Spec: corev1.PodSpec{
-					Tolerations:  []corev1.Toleration{{Key: "nvidia.com/gpu", Operator: corev1.TolerationOpExists}},
-					NodeSelector: map[string]string{"fke.dev/nodepool": "fleet"},
-					Containers: []corev1.Container{{Name: "web", Image: "registry.local/web:1", Resources: corev1.ResourceRequirements{
-						Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("100m"), corev1.ResourceMemory: resource.MustParse("128Mi")},
-					}}},
-				},
-			},
-		},
-	}
+	return deployment(name, "web", replicas, corev1.PodSpec{
+		Tolerations:  []corev1.Toleration{{Key: "nvidia.com/gpu", Operator: corev1.TolerationOpExists}},
+		NodeSelector: map[string]string{"fke.dev/nodepool": "fleet"},
+		Containers: []corev1.Container{{Name: "web", Image: "registry.local/web:1", Resources: corev1.ResourceRequirements{
+			Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("100m"), corev1.ResourceMemory: resource.MustParse("128Mi")},
+		}}},
+	})
 }
 
 func gpuDeployment(name string, replicas int32) *appsv1.Deployment {
-	labels := map[string]string{"app": name, "tier": "burst"}
+	return deployment(name, "burst", replicas, corev1.PodSpec{
+		NodeSelector: map[string]string{"node.kubernetes.io/instance-type": "gpu-h200x8"},
+		Containers: []corev1.Container{{Name: "train", Image: "registry.local/train:1", Resources: corev1.ResourceRequirements{
+			Limits: corev1.ResourceList{"nvidia.com/gpu": resource.MustParse("8")},
+		}}},
+	})
+}
+
+// deployment labels its pods app=<name> and tier=<tier>.
+func deployment(name, tier string, replicas int32, spec corev1.PodSpec) *appsv1.Deployment {
+	labels := map[string]string{"app": name, "tier": tier}
 	return &appsv1.Deployment{
 		ObjectMeta: metav1.ObjectMeta{Name: name},
 		Spec: appsv1.DeploymentSpec{
 			Replicas: ptr.To(replicas),
 			Selector: &metav1.LabelSelector{MatchLabels: labels},
-			Template: corev1.PodTemplateSpec{
-				ObjectMeta: metav1.ObjectMeta{Labels: labels},
-				Spec: corev1.PodSpec{
-					NodeSelector: map[string]string{"node.kubernetes.io/instance-type": "gpu-h200x8"},
-					Containers: []corev1.Container{{Name: "train", Image: "registry.local/train:1", Resources: corev1.ResourceRequirements{
-						Limits: corev1.ResourceList{"nvidia.com/gpu": resource.MustParse("8")},
-					}}},
-				},
-			},
+			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels}, Spec: spec},
 		},
 	}
 }
