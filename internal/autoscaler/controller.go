@@ -295,7 +295,7 @@ func (r *Reconciler) applyScaleUp(ctx context.Context, cl *fkev1.Cluster, t *ten
 		reason := fmt.Sprintf("%d unschedulable pods need %d more %s nodes", len(inc.Pods), to-v.desired, v.it.Name)
 		logr.FromContextOrDiscard(ctx).Info("scale-up", "cluster", key, "pool", inc.Pool, "from", v.desired, "to", to,
 			"pods", len(inc.Pods), "liveMachines", len(v.live), "schedulableElsewhere", len(plan.Schedulable))
-		if err := r.resize(ctx, v.pool, v.desired, to, reason, now); err != nil {
+		if err := ResizePool(ctx, r.Client, v.pool, to, reason, now); err != nil {
 			return err
 		}
 		scaleUps.WithLabelValues(key, inc.Pool).Add(float64(to - v.desired))
@@ -357,7 +357,7 @@ func (r *Reconciler) applyScaleDown(ctx context.Context, cl *fkev1.Cluster, sd d
 		}
 		to := max(v.desired-marked, int(v.pool.Spec.Autoscaling.MinSize))
 		reason := fmt.Sprintf("nodes %s unneeded", strings.Join(nodes, ", "))
-		if err := r.resize(ctx, v.pool, v.desired, to, reason, now); err != nil {
+		if err := ResizePool(ctx, r.Client, v.pool, to, reason, now); err != nil {
 			return err
 		}
 		scaleDowns.WithLabelValues(key, name).Add(float64(v.desired - to))
@@ -366,17 +366,24 @@ func (r *Reconciler) applyScaleDown(ctx context.Context, cl *fkev1.Cluster, sd d
 	return nil
 }
 
-// resize sets a pool's replicas and records the decision in its status.
-func (r *Reconciler) resize(ctx context.Context, np *fkev1.NodePool, from, to int, reason string, now time.Time) error {
-	patch := client.MergeFrom(np.DeepCopy())
+// ResizePool sets a pool's desired replicas to to (never above its maxSize)
+// and records the decision in its status; the autoscaler and the
+// ProvisioningRequest controller both resize through it. opts may ask for an
+// optimistically locked spec patch (client.MergeFromWithOptimisticLock).
+func ResizePool(ctx context.Context, c client.Client, np *fkev1.NodePool, to int, reason string, now time.Time, opts ...client.MergeFromOption) error {
+	if a := np.Spec.Autoscaling; a != nil && to > int(a.MaxSize) {
+		return fmt.Errorf("resizing node pool %s to %d: above max size %d", np.Name, to, a.MaxSize)
+	}
+	from := nodepool.DesiredReplicas(np)
+	patch := client.MergeFromWithOptions(np.DeepCopy(), opts...)
 	np.Spec.Replicas = ptr.To(int32(to))
-	if err := r.Client.Patch(ctx, np, patch); err != nil {
+	if err := c.Patch(ctx, np, patch); err != nil {
 		return fmt.Errorf("resizing node pool %s: %w", np.Name, err)
 	}
 	spatch := client.MergeFrom(np.DeepCopy())
 	np.Status.DesiredReplicas = int32(to)
 	np.Status.LastScaleDecision = &fkev1.ScaleDecision{Time: metav1.NewTime(now), From: int32(from), To: int32(to), Reason: reason}
-	if err := r.Client.Status().Patch(ctx, np, spatch); err != nil {
+	if err := c.Status().Patch(ctx, np, spatch); err != nil {
 		return fmt.Errorf("recording scale decision of %s: %w", np.Name, err)
 	}
 	return nil
@@ -427,7 +434,7 @@ func (r *Reconciler) handleFailedMachines(ctx context.Context, cl *fkev1.Cluster
 			return fmt.Errorf("marking failed machine %s: %w", m.Name, err)
 		}
 		cur := int(ptr.Deref(np.Spec.Replicas, 0))
-		if err := r.resize(ctx, np, cur, max(cur-1, int(np.Spec.Autoscaling.MinSize)), why, now); err != nil {
+		if err := ResizePool(ctx, r.Client, np, max(cur-1, int(np.Spec.Autoscaling.MinSize)), why, now); err != nil {
 			return err
 		}
 	}

@@ -10,6 +10,7 @@ import (
 
 	fkev1 "fke.dev/fke/api/v1alpha1"
 	"fke.dev/fke/internal/autoscaler/decide"
+	machinectrl "fke.dev/fke/internal/controller/machine"
 	"fke.dev/fke/internal/controller/nodepool"
 	"fke.dev/fke/internal/nodetemplate"
 )
@@ -105,7 +106,7 @@ func BuildSnapshot(nodes []*corev1.Node, pods []*corev1.Pod, machines []*fkev1.M
 			}
 			ni.Deleting = !m.DeletionTimestamp.IsZero() || m.Annotations[AnnotationScaleDown] == "true"
 		} else {
-			ni.Ready = nodeReady(n)
+			ni.Ready = machinectrl.NodeReady(n)
 			ni.Pool = "" // not ours: never scaled down
 		}
 		s.Nodes = append(s.Nodes, ni)
@@ -158,15 +159,6 @@ func UnschedulableSince(p *corev1.Pod) time.Time {
 		}
 	}
 	return p.CreationTimestamp.Time
-}
-
-func nodeReady(n *corev1.Node) bool {
-	for _, c := range n.Status.Conditions {
-		if c.Type == corev1.NodeReady {
-			return c.Status == corev1.ConditionTrue
-		}
-	}
-	return false
 }
 
 func price(it *fkev1.InstanceType) float64 {

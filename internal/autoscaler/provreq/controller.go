@@ -26,7 +26,6 @@ import (
 	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/clock"
-	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/event"
@@ -256,7 +255,9 @@ func (r *Reconciler) apply(ctx context.Context, t *tenant.Tenant, pr *provreqv1.
 			return fmt.Errorf("node pool %s of %s/%s not found", rs.Pool, pr.Namespace, pr.Name)
 		}
 		log.Info("atomic scale-up", "pool", rs.Pool, "from", rs.From, "to", rs.To)
-		if err := ResizePool(ctx, r.Client, np, rs.To, rs.Reason, now); err != nil {
+		// Optimistically locked: a stale pool is never resized.
+		lock := client.MergeFromWithOptimisticLock{}
+		if err := autoscaler.ResizePool(ctx, r.Client, np, rs.To, rs.Reason, now, lock); err != nil {
 			return err
 		}
 		if r.Recorder != nil {
@@ -282,28 +283,6 @@ func (r *Reconciler) apply(ctx context.Context, t *tenant.Tenant, pr *provreqv1.
 		if err := recordTenantEvent(ctx, t, pr, e, now); err != nil {
 			log.Error(err, "recording event", "reason", e.Reason)
 		}
-	}
-	return nil
-}
-
-// ResizePool sets a pool's desired replicas to to (never above its maxSize)
-// and records the decision in its status, like the autoscaler does. The
-// spec patch is optimistically locked: a stale pool is never resized.
-func ResizePool(ctx context.Context, c client.Client, np *fkev1.NodePool, to int, reason string, now time.Time) error {
-	if a := np.Spec.Autoscaling; a != nil && to > int(a.MaxSize) {
-		return fmt.Errorf("resizing node pool %s to %d: above max size %d", np.Name, to, a.MaxSize)
-	}
-	from := nodepool.DesiredReplicas(np)
-	patch := client.MergeFromWithOptions(np.DeepCopy(), client.MergeFromWithOptimisticLock{})
-	np.Spec.Replicas = ptr.To(int32(to))
-	if err := c.Patch(ctx, np, patch); err != nil {
-		return fmt.Errorf("resizing node pool %s: %w", np.Name, err)
-	}
-	spatch := client.MergeFrom(np.DeepCopy())
-	np.Status.DesiredReplicas = int32(to)
-	np.Status.LastScaleDecision = &fkev1.ScaleDecision{Time: metav1.NewTime(now), From: int32(from), To: int32(to), Reason: reason}
-	if err := c.Status().Patch(ctx, np, spatch); err != nil {
-		return fmt.Errorf("recording scale decision of %s: %w", np.Name, err)
 	}
 	return nil
 }
