@@ -18,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/clock"
 	"k8s.io/utils/ptr"
@@ -125,8 +126,8 @@ func (r *Reconciler) PodHandler(clusterKey string, pod *corev1.Pod) {
 	if !Unschedulable(pod) {
 		return
 	}
-	ns, name, ok := strings.Cut(clusterKey, "/")
-	if !ok {
+	ns, name, err := toolscache.SplitMetaNamespaceKey(clusterKey)
+	if err != nil || ns == "" {
 		return
 	}
 	select {

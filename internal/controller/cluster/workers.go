@@ -6,7 +6,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/types"
+	toolscache "k8s.io/client-go/tools/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
@@ -66,12 +66,12 @@ func (r *Reconciler) removeWorkers(ctx context.Context, cl *fkev1.Cluster) (done
 // KubeconfigReader reads tenant admin kubeconfigs from their Secrets.
 func KubeconfigReader(c client.Client) tenant.KubeconfigSource {
 	return func(ctx context.Context, key string) ([]byte, error) {
-		obj, err := parseKey(key)
-		if err != nil {
-			return nil, err
+		ns, name, err := toolscache.SplitMetaNamespaceKey(key)
+		if err != nil || ns == "" {
+			return nil, fmt.Errorf("cluster key %q is not namespace/name", key)
 		}
 		s := &corev1.Secret{}
-		if err := c.Get(ctx, client.ObjectKey{Namespace: obj.Namespace, Name: kubeconfigSecretName(obj.Name)}, s); err != nil {
+		if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: kubeconfigSecretName(name)}, s); err != nil {
 			return nil, fmt.Errorf("kubeconfig of cluster %s: %w", key, err)
 		}
 		data := s.Data[KubeconfigKey]
@@ -80,13 +80,4 @@ func KubeconfigReader(c client.Client) tenant.KubeconfigSource {
 		}
 		return data, nil
 	}
-}
-
-func parseKey(key string) (types.NamespacedName, error) {
-	for i := 0; i < len(key); i++ {
-		if key[i] == '/' && i > 0 && i < len(key)-1 {
-			return types.NamespacedName{Namespace: key[:i], Name: key[i+1:]}, nil
-		}
-	}
-	return types.NamespacedName{}, fmt.Errorf("cluster key %q is not namespace/name", key)
 }

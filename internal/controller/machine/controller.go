@@ -14,6 +14,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -66,8 +67,8 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 
 // NodeHandler turns a tenant Node change into a reconcile of its Machine.
 func (r *Reconciler) NodeHandler(_ string, node *corev1.Node) {
-	ns, name, ok := splitKey(node.Annotations[AnnotationMachine])
-	if !ok {
+	ns, name, err := toolscache.SplitMetaNamespaceKey(node.Annotations[AnnotationMachine])
+	if err != nil || ns == "" || name == "" {
 		return
 	}
 	m := &fkev1.Machine{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}}
@@ -225,15 +226,6 @@ func ProviderCluster(cl *fkev1.Cluster, t *tenant.Tenant) nodeprovider.Cluster {
 
 func setCondition(m *fkev1.Machine, t string, s metav1.ConditionStatus, reason, msg string) {
 	meta.SetStatusCondition(&m.Status.Conditions, metav1.Condition{Type: t, Status: s, Reason: reason, Message: msg, ObservedGeneration: m.Generation})
-}
-
-func splitKey(key string) (ns, name string, ok bool) {
-	for i := 0; i < len(key); i++ {
-		if key[i] == '/' {
-			return key[:i], key[i+1:], i > 0 && i < len(key)-1
-		}
-	}
-	return "", "", false
 }
 
 func isNotFound(err error) bool { return nodeprovider.IsNotFound(err) }

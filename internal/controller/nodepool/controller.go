@@ -17,6 +17,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -70,8 +71,8 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 // NodeHandler turns a tenant Node change into a reconcile of its pool.
 func (r *Reconciler) NodeHandler(clusterKey string, node *corev1.Node) {
 	pool := node.Labels[fkev1.LabelNodePool]
-	ns, _, ok := cutKey(clusterKey)
-	if pool == "" || !ok {
+	ns, _, err := toolscache.SplitMetaNamespaceKey(clusterKey)
+	if pool == "" || err != nil || ns == "" {
 		return
 	}
 	select {
@@ -300,15 +301,6 @@ func setCondition(np *fkev1.NodePool, s metav1.ConditionStatus, reason, msg stri
 	meta.SetStatusCondition(&np.Status.Conditions, metav1.Condition{
 		Type: fkev1.ConditionReady, Status: s, Reason: reason, Message: msg, ObservedGeneration: np.Generation,
 	})
-}
-
-func cutKey(key string) (ns, name string, ok bool) {
-	for i := 0; i < len(key); i++ {
-		if key[i] == '/' {
-			return key[:i], key[i+1:], true
-		}
-	}
-	return "", "", false
 }
 
 func requestsGPU(p *corev1.Pod) bool {
