@@ -448,16 +448,8 @@ func (r *Reconciler) podEvent(_ context.Context, t *tenant.Tenant, st *clusterSt
 		return
 	}
 	st.podReasons[p.UID] = reason + msg
-	ev := &corev1.Event{
-		ObjectMeta: metav1.ObjectMeta{Namespace: p.Namespace, GenerateName: p.Name + "."},
-		InvolvedObject: corev1.ObjectReference{
-			Kind: "Pod", APIVersion: "v1", Namespace: p.Namespace, Name: p.Name, UID: p.UID, ResourceVersion: p.ResourceVersion,
-		},
-		Reason: reason, Message: msg, Type: kind,
-		Source:         corev1.EventSource{Component: "fke-autoscaler"},
-		FirstTimestamp: metav1.Now(), LastTimestamp: metav1.Now(), Count: 1,
-		ReportingController: "fke.dev/autoscaler", ReportingInstance: "fke-manager",
-	}
+	ref := corev1.ObjectReference{Kind: "Pod", APIVersion: "v1", Namespace: p.Namespace, Name: p.Name, UID: p.UID, ResourceVersion: p.ResourceVersion}
+	ev := tenant.NewEvent(ref, kind, reason, msg, "fke.dev/autoscaler", r.Clock.Now())
 	select {
 	case r.podEvents <- podEventReq{t: t, ev: ev}:
 	default:

@@ -288,18 +288,11 @@ func (r *Reconciler) apply(ctx context.Context, t *tenant.Tenant, pr *provreqv1.
 }
 
 func recordTenantEvent(ctx context.Context, t *tenant.Tenant, pr *provreqv1.ProvisioningRequest, e Event, now time.Time) error {
-	ts := metav1.NewTime(now)
-	ev := &corev1.Event{
-		ObjectMeta: metav1.ObjectMeta{Namespace: pr.Namespace, GenerateName: pr.Name + "."},
-		InvolvedObject: corev1.ObjectReference{
-			Kind: "ProvisioningRequest", APIVersion: provreqv1.GroupVersion.String(),
-			Namespace: pr.Namespace, Name: pr.Name, UID: pr.UID, ResourceVersion: pr.ResourceVersion,
-		},
-		Reason: e.Reason, Message: e.Message, Type: e.Type,
-		Source:         corev1.EventSource{Component: "fke-autoscaler"},
-		FirstTimestamp: ts, LastTimestamp: ts, Count: 1,
-		ReportingController: "fke.dev/provisioningrequest", ReportingInstance: "fke-manager",
+	ref := corev1.ObjectReference{
+		Kind: "ProvisioningRequest", APIVersion: provreqv1.GroupVersion.String(),
+		Namespace: pr.Namespace, Name: pr.Name, UID: pr.UID, ResourceVersion: pr.ResourceVersion,
 	}
+	ev := tenant.NewEvent(ref, e.Type, e.Reason, e.Message, "fke.dev/provisioningrequest", now)
 	if _, err := t.Clientset.CoreV1().Events(pr.Namespace).Create(ctx, ev, metav1.CreateOptions{}); err != nil {
 		return fmt.Errorf("creating event: %w", err)
 	}

@@ -1,0 +1,28 @@
+package tenant
+
+import (
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// NewEvent returns a core/v1 Event about the object at ref, reported by
+// fke-manager's controller (e.g. "fke.dev/autoscaler"), for a tenant cluster:
+// `kubectl describe` there shows it.
+func NewEvent(ref corev1.ObjectReference, eventType, reason, message, controller string, now time.Time) *corev1.Event {
+	ts := metav1.NewTime(now)
+	return &corev1.Event{
+		ObjectMeta:          metav1.ObjectMeta{Namespace: ref.Namespace, GenerateName: ref.Name + "."},
+		InvolvedObject:      ref,
+		Reason:              reason,
+		Message:             message,
+		Type:                eventType,
+		Source:              corev1.EventSource{Component: "fke-autoscaler"},
+		FirstTimestamp:      ts,
+		LastTimestamp:       ts,
+		Count:               1,
+		ReportingController: controller,
+		ReportingInstance:   "fke-manager",
+	}
+}
