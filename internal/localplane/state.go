@@ -58,7 +58,7 @@ func ReadState(dir string) (State, error) {
 	if err := json.Unmarshal(data, &st); err != nil {
 		return State{}, fmt.Errorf("decoding %s: %w", p.State(), err)
 	}
-	if !alive(st.PID) || !lockHeld(p.Lock()) {
+	if !Alive(st.PID) || !lockHeld(p.Lock()) {
 		return st, fmt.Errorf("%w in %s (its last daemon, pid %d, is gone): start it with `fke up`", ErrNotRunning, dir, st.PID)
 	}
 	return st, nil
@@ -76,8 +76,8 @@ func writeState(p Paths, st State) error {
 	return os.Rename(tmp, p.State())
 }
 
-// alive reports whether a process with pid exists.
-func alive(pid int) bool {
+// Alive reports whether a process with pid runs (a zombie does not).
+func Alive(pid int) bool {
 	if pid <= 0 {
 		return false
 	}

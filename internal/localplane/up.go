@@ -120,7 +120,7 @@ func stopDaemon(ctx context.Context, st State) error {
 	defer cancel()
 	tick := time.NewTicker(50 * time.Millisecond)
 	defer tick.Stop()
-	for alive(st.PID) {
+	for Alive(st.PID) {
 		select {
 		case <-ctx.Done():
 			_ = syscall.Kill(st.PID, syscall.SIGKILL)

@@ -1,12 +1,12 @@
 package testenv
 
 import (
-	"errors"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
+
+	"fke.dev/fke/internal/localplane"
 )
 
 // Proc is a process found in /proc.
@@ -44,15 +44,4 @@ func FindProcs(needles ...string) []Proc {
 }
 
 // Alive reports whether pid runs (a zombie does not).
-func Alive(pid int) bool {
-	if err := syscall.Kill(pid, 0); err != nil && !errors.Is(err, syscall.EPERM) {
-		return false
-	}
-	data, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return false
-	}
-	s := string(data)
-	i := strings.LastIndexByte(s, ')')
-	return i < 0 || i+2 >= len(s) || s[i+2] != 'Z'
-}
+func Alive(pid int) bool { return localplane.Alive(pid) }
