@@ -4,12 +4,14 @@
 package local
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -71,9 +73,18 @@ func (r *Runtime) Ensure(ctx context.Context, spec controlplane.Spec) (controlpl
 		}
 	}
 	layout := newLayout(r.DataDir(spec.Key))
-	if err := layout.write(spec); err != nil {
-		return controlplane.Status{}, fmt.Errorf("writing control-plane files of %s: %w", spec.Key, err)
+	// The files only change with the spec: the periodic Ensure of a running
+	// control plane does not re-read and compare them.
+	if old, ok := r.running[spec.Key]; !ok || !sameFiles(old, spec) {
+		if err := layout.write(spec); err != nil {
+			return controlplane.Status{}, fmt.Errorf("writing control-plane files of %s: %w", spec.Key, err)
+		}
 	}
+	return r.startMissing(ctx, spec, layout)
+}
+
+// startMissing starts the components of spec that do not run; r.mu is held.
+func (r *Runtime) startMissing(ctx context.Context, spec controlplane.Spec, layout layout) (controlplane.Status, error) {
 	tlsCfg, err := clientTLS(spec.PKI, pki.EtcdCACertFile, pki.APIServerEtcdClient)
 	if err != nil {
 		return controlplane.Status{}, err
@@ -224,4 +235,10 @@ func clientTLS(b pki.Bundle, caFile, base string) (*tls.Config, error) {
 // kube-scheduler, which serve a self-signed certificate on loopback.
 func selfSignedTLS() *tls.Config {
 	return &tls.Config{InsecureSkipVerify: true, MinVersion: tls.VersionTLS12} //nolint:gosec // loopback health check only
+}
+
+// sameFiles reports whether two specs write the same files.
+func sameFiles(a, b controlplane.Spec) bool {
+	return a.Ports == b.Ports && a.PodCIDR == b.PodCIDR && a.ServiceCIDR == b.ServiceCIDR &&
+		maps.EqualFunc(a.PKI, b.PKI, bytes.Equal)
 }
