@@ -6,7 +6,8 @@
 # /metrics once and checks the DCGM series are there. Needs an NVIDIA driver;
 # no Kubernetes. Takes well under a minute after the build.
 #
-# Environment: GO (default go), METRICS_PORT (default 19400), OUT (default a temp dir).
+# Environment: GO (default go), METRICS_PORT (default 19400), OUT (default a temp dir),
+# FKE_GPU_AGENT (a prebuilt agent binary: no Go toolchain needed then).
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
@@ -28,7 +29,6 @@ cleanup() {
 }
 trap cleanup EXIT INT TERM
 
-command -v "$GO" >/dev/null || fail "go not found (set GO=/path/to/go)"
 command -v curl >/dev/null || fail "curl not found"
 if command -v nvidia-smi >/dev/null; then
 	log "nvidia-smi: $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | head -1)"
@@ -36,8 +36,14 @@ else
 	log "nvidia-smi not found; continuing (the agent only needs libnvidia-ml.so.1)"
 fi
 
-log "building fke-gpu-agent into $BIN"
-CGO_ENABLED=1 timeout 300 "$GO" build -o "$BIN" ./cmd/fke-gpu-agent || fail "build failed"
+if [[ -n "${FKE_GPU_AGENT:-}" ]]; then
+	BIN=$FKE_GPU_AGENT
+	log "using prebuilt agent $BIN"
+else
+	command -v "$GO" >/dev/null || fail "go not found (set GO=/path/to/go, or FKE_GPU_AGENT to a prebuilt agent)"
+	log "building fke-gpu-agent into $BIN"
+	CGO_ENABLED=1 timeout 300 "$GO" build -o "$BIN" ./cmd/fke-gpu-agent || fail "build failed"
+fi
 
 log "info -o json (real NVML)"
 timeout 60 "$BIN" info --backend real --node-api=false -o json | tee "$OUT/info.json" \

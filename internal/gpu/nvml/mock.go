@@ -66,6 +66,10 @@ func NewMock(name, seed string) (*Mock, error) {
 	for i, h := range srv.Devices {
 		d := h.(*server.Device)
 		d.UUID = "GPU-" + uuid.NewSHA1(uuidNamespace, []byte(fmt.Sprintf("%s/%s/%d", seed, name, i))).String()
+		if b, ok := realBoards[name]; ok {
+			d.GetNameFunc = func() (string, gonvml.Return) { return b.name, gonvml.SUCCESS }
+			d.MemoryInfo.Total = b.memoryMiB << 20
+		}
 		m.decorate(d, i, n)
 	}
 	srv.EventSetCreateFunc = m.createEventSet
@@ -73,6 +77,16 @@ func NewMock(name, seed string) (*Mock, error) {
 		return MIGProfileName(int(a.GpuInstanceSliceCount), int(a.ComputeInstanceSliceCount), a.MemorySizeMB)
 	}}
 	return m, nil
+}
+
+// realBoards corrects the stock mocks where they differ from what the real
+// NVML reports for that board, so simulated nodes carry the labels real ones
+// do. Measured on an H200 SXM with driver 580.159 (TestRealMatchesMock).
+var realBoards = map[string]struct {
+	name      string
+	memoryMiB uint64
+}{
+	"dgxh200": {"NVIDIA H200", 143771},
 }
 
 // UUIDs returns the physical GPUs' UUIDs by index.

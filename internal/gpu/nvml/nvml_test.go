@@ -20,7 +20,7 @@ func TestMockDiscovery(t *testing.T) {
 	}{
 		{"dgxa100", "Mock NVIDIA A100-SXM4-40GB", 40960, 8, "ampere", "550.54.15"},
 		{"dgxh100", "NVIDIA H100 80GB HBM3", 81920, 9, "hopper", "550.54.15"},
-		{"dgxh200", "NVIDIA H200 141GB HBM3e", 0, 9, "hopper", "550.54.15"},
+		{"dgxh200", "NVIDIA H200", 143771, 9, "hopper", "550.54.15"},
 		{"dgxb200", "NVIDIA B200 180GB HBM3e", 184320, 10, "blackwell", "560.28.03"},
 	}
 	for _, tc := range tests {
@@ -44,7 +44,7 @@ func TestMockDiscovery(t *testing.T) {
 					t.Errorf("device %d: index %d uuid %q (dup %v)", i, d.Index, d.UUID, seen[d.UUID])
 				}
 				seen[d.UUID] = true
-				if tc.name != "" && d.Name != tc.name && tc.mock != "dgxh200" {
+				if tc.name != "" && d.Name != tc.name {
 					t.Errorf("name %q, want %q", d.Name, tc.name)
 				}
 				if tc.memoryMiB != 0 && d.MemoryMiB != tc.memoryMiB {
