@@ -77,6 +77,8 @@ type clusterState struct {
 	backoffStep   map[string]time.Duration
 	podReasons    map[types.UID]string // last event reason+message sent per pod
 	measured      map[types.UID]bool   // pods whose decision latency was recorded
+	// memo keeps the parsed bound pods between passes.
+	memo *decide.Memo
 }
 
 // SetupWithManager registers the controller.
@@ -143,11 +145,33 @@ func (r *Reconciler) state(key string) *clusterState {
 	if !ok {
 		st = &clusterState{
 			unneededSince: map[string]time.Time{}, backoffUntil: map[string]time.Time{}, backoffStep: map[string]time.Duration{},
-			podReasons: map[types.UID]string{}, measured: map[types.UID]bool{},
+			podReasons: map[types.UID]string{}, measured: map[types.UID]bool{}, memo: decide.NewMemo(),
 		}
 		r.states[key] = st
 	}
 	return st
+}
+
+// prune forgets the per-pod records of pods that no longer exist, once they
+// outnumber the live pods, so a long-lived cluster's churn does not pile up.
+func (st *clusterState) prune(pods []*corev1.Pod) {
+	if len(st.podReasons)+len(st.measured) <= 2*len(pods)+1000 {
+		return
+	}
+	live := make(map[types.UID]bool, len(pods))
+	for _, p := range pods {
+		live[p.UID] = true
+	}
+	for uid := range st.podReasons {
+		if !live[uid] {
+			delete(st.podReasons, uid)
+		}
+	}
+	for uid := range st.measured {
+		if !live[uid] {
+			delete(st.measured, uid)
+		}
+	}
 }
 
 // Reconcile makes one autoscaling pass over a cluster.
@@ -178,6 +202,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		return ctrl.Result{}, nil
 	}
 	st := r.state(key)
+	st.prune(in.pods)
 	now := r.Clock.Now()
 
 	if err := r.handleFailedMachines(ctx, cl, in, st, now); err != nil {
@@ -186,6 +211,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	pools, views := BuildPools(in.pools, in.types, in.machines, st.backoffUntil)
 	snap := BuildSnapshot(in.nodes, in.pods, in.machines, decide.Limits{MaxNodes: int(cl.Spec.Autoscaling.MaxNodes), MaxGPUs: int(cl.Spec.Autoscaling.MaxGPUs)})
 	snap.PDBs = in.pdbs
+	snap.Memo = st.memo
 	unschedulablePods.WithLabelValues(key).Set(float64(len(snap.Pending)))
 
 	expander := decide.Expander{Name: decide.ExpanderName(cl.Spec.Autoscaling.Expander)}
@@ -253,8 +279,10 @@ func (r *Reconciler) gather(ctx context.Context, cl *fkev1.Cluster) (*input, err
 	for i := range its.Items {
 		in.types[its.Items[i].Name] = &its.Items[i]
 	}
+	// Machines are read from the cache without copies; the two places that
+	// patch one copy it first (see markForRemoval).
 	var ms fkev1.MachineList
-	if err := r.Client.List(ctx, &ms, client.InNamespace(cl.Namespace), client.MatchingLabels{fkev1.LabelCluster: cl.Name}); err != nil {
+	if err := r.Client.List(ctx, &ms, client.InNamespace(cl.Namespace), client.MatchingLabels{fkev1.LabelCluster: cl.Name}, client.UnsafeDisableDeepCopy); err != nil {
 		return nil, fmt.Errorf("listing machines: %w", err)
 	}
 	for i := range ms.Items {
@@ -341,13 +369,8 @@ func (r *Reconciler) applyScaleDown(ctx context.Context, cl *fkev1.Cluster, sd d
 				if m.Status.NodeName != rm.Node || m.Annotations[AnnotationScaleDown] == "true" {
 					continue
 				}
-				patch := client.MergeFrom(m.DeepCopy())
-				if m.Annotations == nil {
-					m.Annotations = map[string]string{}
-				}
-				m.Annotations[AnnotationScaleDown] = "true"
-				if err := r.Client.Patch(ctx, m, patch); err != nil {
-					return fmt.Errorf("marking machine %s: %w", m.Name, err)
+				if err := r.markForRemoval(ctx, m); err != nil {
+					return err
 				}
 				marked++
 				nodes = append(nodes, rm.Node)
@@ -363,6 +386,20 @@ func (r *Reconciler) applyScaleDown(ctx context.Context, cl *fkev1.Cluster, sd d
 		}
 		scaleDowns.WithLabelValues(key, name).Add(float64(v.desired - to))
 		r.Recorder.Eventf(v.pool, nil, corev1.EventTypeNormal, "ScaleDown", "ScaleDown", "%s (%d → %d)", reason, v.desired, to)
+	}
+	return nil
+}
+
+// markForRemoval annotates a machine so the NodePool controller removes it
+// first when the pool shrinks. m is the cache's object: it is not modified.
+func (r *Reconciler) markForRemoval(ctx context.Context, m *fkev1.Machine) error {
+	mc := m.DeepCopy()
+	if mc.Annotations == nil {
+		mc.Annotations = map[string]string{}
+	}
+	mc.Annotations[AnnotationScaleDown] = "true"
+	if err := r.Client.Patch(ctx, mc, client.MergeFrom(m)); err != nil {
+		return fmt.Errorf("marking machine %s for removal: %w", m.Name, err)
 	}
 	return nil
 }
@@ -426,13 +463,8 @@ func (r *Reconciler) handleFailedMachines(ctx context.Context, cl *fkev1.Cluster
 		st.backoffStep[np.Name] = step
 		st.backoffUntil[np.Name] = now.Add(step)
 		r.Recorder.Eventf(np, nil, corev1.EventTypeWarning, "ScaleUpFailed", "ScaleUp", "%s; backing off the pool for %s", why, step)
-		patch := client.MergeFrom(m.DeepCopy())
-		if m.Annotations == nil {
-			m.Annotations = map[string]string{}
-		}
-		m.Annotations[AnnotationScaleDown] = "true"
-		if err := r.Client.Patch(ctx, m, patch); err != nil {
-			return fmt.Errorf("marking failed machine %s: %w", m.Name, err)
+		if err := r.markForRemoval(ctx, m); err != nil {
+			return err
 		}
 		cur := int(ptr.Deref(np.Spec.Replicas, 0))
 		if err := ResizePool(ctx, r.Client, np, max(cur-1, int(np.Spec.Autoscaling.MinSize)), why, now); err != nil {

@@ -86,19 +86,47 @@ func BuildSnapshot(nodes []*corev1.Node, pods []*corev1.Pod, machines []*fkev1.M
 			machineByNode[m.Status.NodeName] = m
 		}
 	}
-	podsByNode := map[string][]*corev1.Pod{}
+	// Group the bound pods by node with one allocation: count, then slice
+	// a flat array (this runs on every pass over tens of thousands of pods).
+	nodeIndex := make(map[string]int32, len(nodes))
+	for i, n := range nodes {
+		nodeIndex[n.Name] = int32(i)
+	}
+	at := make([]int32, len(pods))
+	counts := make([]int, len(nodes))
+	bound := 0
 	var pending []*corev1.Pod
-	for _, p := range pods {
+	for k, p := range pods {
+		at[k] = -1
 		switch {
 		case p.Spec.NodeName != "":
-			podsByNode[p.Spec.NodeName] = append(podsByNode[p.Spec.NodeName], p)
+			if i, ok := nodeIndex[p.Spec.NodeName]; ok {
+				at[k] = i
+				counts[i]++
+				bound++
+			}
 		case Unschedulable(p):
 			pending = append(pending, p)
 		}
 	}
-	s := decide.Snapshot{Pending: pending, Limits: limits}
-	for _, n := range nodes {
-		ni := decide.NodeInfo{Node: n, Pool: n.Labels[fkev1.LabelNodePool], Pods: podsByNode[n.Name]}
+	flat := make([]*corev1.Pod, bound)
+	next := make([]int, len(nodes))
+	off := 0
+	for i, c := range counts {
+		next[i] = off
+		off += c
+	}
+	for k, i := range at {
+		if i >= 0 {
+			flat[next[i]] = pods[k]
+			next[i]++
+		}
+	}
+	s := decide.Snapshot{Pending: pending, Limits: limits, Nodes: make([]decide.NodeInfo, 0, len(nodes))}
+	off = 0
+	for i, n := range nodes {
+		ni := decide.NodeInfo{Node: n, Pool: n.Labels[fkev1.LabelNodePool], Pods: flat[off : off+counts[i] : off+counts[i]]}
+		off += counts[i]
 		if m, ok := machineByNode[n.Name]; ok {
 			ni.Ready = meta.IsStatusConditionTrue(m.Status.Conditions, fkev1.ConditionReady) && m.DeletionTimestamp.IsZero()
 			if ni.Ready {
@@ -130,9 +158,11 @@ func withoutStartupTaints(n *corev1.Node) *corev1.Node {
 	if !changed {
 		return n
 	}
-	c := n.DeepCopy()
+	// A shallow copy: the decision code only reads nodes, and the labels,
+	// status and the rest stay shared with the informer's object.
+	c := *n
 	c.Spec.Taints = keep
-	return c
+	return &c
 }
 
 // Unschedulable reports whether kube-scheduler gave up on the pod for now.

@@ -120,3 +120,48 @@ func TestNoDuplicateScaleUp(t *testing.T) {
 		})
 	}
 }
+
+// BenchmarkBuildSnapshot is the per-pass cost of grouping 30,000 pods on
+// 1,000 nodes with their machines (the fleet benchmark's shape).
+func BenchmarkBuildSnapshot(b *testing.B) {
+	var nodes []*corev1.Node
+	var machines []*fkev1.Machine
+	var pods []*corev1.Pod
+	for i := 0; i < 1000; i++ {
+		m, n := machine(fmt.Sprintf("m-%d", i), true, true)
+		nodes, machines = append(nodes, n), append(machines, m)
+		for j := 0; j < 30; j++ {
+			pods = append(pods, &corev1.Pod{
+				ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: fmt.Sprintf("p-%d-%d", i, j), UID: types.UID(fmt.Sprintf("u-%d-%d", i, j))},
+				Spec:       corev1.PodSpec{NodeName: n.Name},
+			})
+		}
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		BuildSnapshot(nodes, pods, machines, decide.Limits{})
+	}
+}
+
+func TestClusterStatePrune(t *testing.T) {
+	st := &clusterState{podReasons: map[types.UID]string{}, measured: map[types.UID]bool{}}
+	var live []*corev1.Pod
+	for i := 0; i < 10; i++ {
+		live = append(live, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{UID: types.UID(fmt.Sprintf("live-%d", i))}})
+		st.podReasons[live[i].UID], st.measured[live[i].UID] = "r", true
+	}
+	for i := 0; i < 600; i++ {
+		uid := types.UID(fmt.Sprintf("gone-%d", i))
+		st.podReasons[uid], st.measured[uid] = "r", true
+	}
+	st.prune(live)
+	if len(st.podReasons) != 10 || len(st.measured) != 10 {
+		t.Fatalf("after prune: %d reasons, %d measured; want 10 each", len(st.podReasons), len(st.measured))
+	}
+	st.podReasons["gone-x"] = "r"
+	st.prune(live) // below the threshold: nothing to do yet
+	if len(st.podReasons) != 11 {
+		t.Fatalf("pruned below the threshold: %d", len(st.podReasons))
+	}
+}

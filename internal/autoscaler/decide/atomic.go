@@ -42,7 +42,10 @@ func ScaleUpAtomic(s Snapshot, pool Pool, pods []*corev1.Pod, now time.Time) (no
 	if len(pis) == 0 {
 		return 0, true, ""
 	}
-	w := newWorld(s.Namespaces, true)
+	s.Memo.begin()
+	defer s.Memo.end()
+	w := newWorld(s.Namespaces, true, s.Memo)
+	w.lazy = true
 	for i := range s.Nodes {
 		ni := &s.Nodes[i]
 		if ni.Node != nil && !ni.Deleting {
@@ -80,7 +83,10 @@ func ScaleUpAtomic(s Snapshot, pool Pool, pods []*corev1.Pod, now time.Time) (no
 // they do not fit, reason names the first pod that does not and aggregates
 // the per-node reasons as kube-scheduler does.
 func CheckCapacity(s Snapshot, pods []*corev1.Pod) (ok bool, reason string) {
-	w := newWorld(s.Namespaces, true)
+	s.Memo.begin()
+	defer s.Memo.end()
+	w := newWorld(s.Namespaces, true, s.Memo)
+	w.lazy = true
 	for i := range s.Nodes {
 		ni := &s.Nodes[i]
 		if ni.Node != nil && !ni.Deleting {

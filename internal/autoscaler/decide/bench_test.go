@@ -128,3 +128,86 @@ func BenchmarkScaleDown1000Nodes30000Pods(b *testing.B) {
 		ScaleDown(s, pools, map[string]time.Time{}, now)
 	}
 }
+
+// BenchmarkScaleUp1000Nodes30000PodsMemo is the autoscaler's steady state:
+// the same cluster pass after pass, with the bound pods parsed once.
+func BenchmarkScaleUp1000Nodes30000PodsMemo(b *testing.B) {
+	s, pools := benchCluster()
+	withUIDs(&s)
+	s.Memo = NewMemo()
+	ScaleUp(s, pools, Expander{}, t0)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		ScaleUp(s, pools, Expander{}, t0)
+	}
+}
+
+func BenchmarkScaleDown1000Nodes30000PodsMemo(b *testing.B) {
+	s, pools := benchCluster()
+	withUIDs(&s)
+	s.Pending = nil
+	s.Memo = NewMemo()
+	now := time.Unix(1_700_000_000, 0)
+	ScaleDown(s, pools, map[string]time.Time{}, now)
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		ScaleDown(s, pools, map[string]time.Time{}, now)
+	}
+}
+
+// withUIDs gives every bound pod a UID and resourceVersion, as the API does.
+func withUIDs(s *Snapshot) {
+	for _, ni := range s.Nodes {
+		for _, p := range ni.Pods {
+			p.UID = types.UID("uid-" + p.Name)
+			p.ResourceVersion = "1"
+		}
+	}
+}
+
+// fleetCluster is the shape of the fleet benchmark in bench/: 1,000 8-GPU
+// nodes of a fixed pool running 30 small CPU pods each, and 500 pending
+// 8-GPU pods that only the autoscaled pool "burst" can take, half of which
+// its 250 upcoming machines already cover.
+func fleetCluster() (Snapshot, []Pool) {
+	var s Snapshot
+	const poolLabel = "fke.dev/nodepool"
+	for i := 0; i < 1000; i++ {
+		n := mkNode(fmt.Sprintf("fleet-%04d", i), 96, 1024, 8, nodeLabels(poolLabel, "fleet"),
+			nodeTaint("nvidia.com/gpu", "present", corev1.TaintEffectNoSchedule))
+		pods := make([]*corev1.Pod, 30)
+		for j := range pods {
+			p := mkPod(fmt.Sprintf("web-%d-%d", i, j), 100, 128, 0, tolerateGPU(), nodeSelector(poolLabel, "fleet"))
+			p.OwnerReferences[0].UID = types.UID(fmt.Sprintf("rs-web-%d", (i*30+j)%30))
+			pods[j] = p
+		}
+		s.Nodes = append(s.Nodes, NodeInfo{Node: n, Ready: true, Pods: pods})
+	}
+	for i := 0; i < 500; i++ {
+		p := mkPod(fmt.Sprintf("burst-%d", i), 1000, 1024, 8, tolerateGPU(), nodeSelector(poolLabel, "burst"))
+		p.OwnerReferences[0].UID = "rs-burst"
+		s.Pending = append(s.Pending, p)
+	}
+	burst := gpuPool("burst", 8, 0, 600)
+	burst.Template.Labels[poolLabel] = "burst"
+	burst.Upcoming = 250
+	return s, []Pool{burst}
+}
+
+// BenchmarkScaleUpFleetBurst is one autoscaler pass during the fleet
+// benchmark's burst, in steady state (memo warm).
+func BenchmarkScaleUpFleetBurst(b *testing.B) {
+	s, pools := fleetCluster()
+	withUIDs(&s)
+	s.Memo = NewMemo()
+	plan := ScaleUp(s, pools, Expander{}, t0)
+	if len(plan.Schedulable) != 250 || increases(plan) != "burst+250" {
+		b.Fatalf("plan: %d schedulable, increases %s", len(plan.Schedulable), increases(plan))
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		ScaleUp(s, pools, Expander{}, t0)
+	}
+}

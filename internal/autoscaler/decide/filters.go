@@ -34,7 +34,7 @@ func Fits(pod *corev1.Pod, node *corev1.Node, podsOnNode []*corev1.Pod) (ok bool
 	if pod == nil || node == nil {
 		return false, "no pod or node"
 	}
-	w := newWorld(nil, false)
+	w := newWorld(nil, false, nil)
 	n := w.addSnapshotNode(&NodeInfo{Node: node, Ready: true, Pods: podsOnNode})
 	pi := newPodInfo(pod)
 	reasons := w.check(pi, n, nil)
@@ -69,6 +69,7 @@ func (w *world) check(pi *podInfo, n *simNode, tc *topoCounts) []string {
 	if r := staticReasons(pi, n); r != "" {
 		return []string{r}
 	}
+	w.load(n)
 	if portsConflict(pi, n) {
 		return []string{reasonNodePorts}
 	}
@@ -86,10 +87,19 @@ func (w *world) check(pi *podInfo, n *simNode, tc *topoCounts) []string {
 
 // fitsQuick is check without reasons and with cheap rejections first.
 func (w *world) fitsQuick(pi *podInfo, n *simNode, tc **topoCounts) bool {
-	if !fitsResources(pi, n.alloc, n.used) {
+	if n.loaded && !fitsResources(pi, n.alloc, n.used) {
 		return false
 	}
-	if staticReasons(pi, n) != "" || portsConflict(pi, n) {
+	if staticReasons(pi, n) != "" {
+		return false
+	}
+	if !n.loaded {
+		w.load(n)
+		if !fitsResources(pi, n.alloc, n.used) {
+			return false
+		}
+	}
+	if portsConflict(pi, n) {
 		return false
 	}
 	if *tc == nil {

@@ -120,7 +120,7 @@ func hostPortOpt(port int32) podOpt {
 // clusterCheck runs the predicate for pod against node target inside a
 // cluster of several nodes (scan mode, as scale-down uses it).
 func clusterCheck(pod *corev1.Pod, nodes []NodeInfo, target string) string {
-	w := newWorld(nil, false)
+	w := newWorld(nil, false, nil)
 	var tn *simNode
 	for i := range nodes {
 		n := w.addSnapshotNode(&nodes[i])

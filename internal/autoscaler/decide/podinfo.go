@@ -27,6 +27,9 @@ type podInfo struct {
 	// pod fits nowhere, with this reason.
 	invalid string
 
+	// groupKey is set on bound pods: see groupKeyOf.
+	groupKey string
+
 	node *simNode    // set on placed copies
 	base *topoCounts // scale-up: counts over the snapshot's own pods
 }

@@ -37,7 +37,9 @@ func ScaleDown(s Snapshot, pools []Pool, unneededSince map[string]time.Time, now
 			poolByName[pools[i].Name] = &pools[i]
 		}
 	}
-	w := newWorld(s.Namespaces, false)
+	s.Memo.begin()
+	defer s.Memo.end()
+	w := newWorld(s.Namespaces, false, s.Memo)
 	deleting := map[string]int{}
 	var cands []*candidate
 	for i := range s.Nodes {

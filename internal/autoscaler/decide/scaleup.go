@@ -36,7 +36,10 @@ const (
 // requests no GPU only if no eligible non-GPU pool fits it.
 func ScaleUp(s Snapshot, pools []Pool, e Expander, now time.Time) ScaleUpPlan {
 	var plan ScaleUpPlan
-	w := newWorld(s.Namespaces, true)
+	s.Memo.begin()
+	defer s.Memo.end()
+	w := newWorld(s.Namespaces, true, s.Memo)
+	w.lazy = true
 	for i := range s.Nodes {
 		ni := &s.Nodes[i]
 		if ni.Node == nil || ni.Deleting {
@@ -134,7 +137,7 @@ func (w *world) findNode(pi *podInfo) *simNode {
 		return nil
 	}
 	var tc *topoCounts
-	for _, n := range w.candidates(pi) {
+	for _, n := range w.staticCandidates(pi) {
 		if n.gone || !n.target {
 			continue
 		}

@@ -3,8 +3,9 @@
 // removed, and the scheduling predicate both rely on.
 //
 // Everything here is a function of its arguments: plain structs in, decisions
-// out, the current time passed in. There are no clients, goroutines, caches
-// that outlive a call, or logging; the autoscaler controller gathers a
+// out, the current time passed in. There are no clients, goroutines or
+// logging, and the only state that outlives a call is the caller's optional
+// Memo of parsed pods, which never changes a result; the autoscaler controller gathers a
 // Snapshot and the pools, calls ScaleUp / ScaleDown, and acts on the plans.
 //
 // Semantics follow Cluster Autoscaler on node groups (fke calls them node
@@ -142,6 +143,10 @@ type Snapshot struct {
 	// terms with a namespaceSelector. Optional: a namespace missing here is
 	// taken to carry only "kubernetes.io/metadata.name".
 	Namespaces map[string]map[string]string
+	// Memo, optional, keeps parsed bound pods between calls (see Memo); it
+	// makes repeated calls on a large, slowly changing cluster cheaper and
+	// never changes their result.
+	Memo *Memo
 }
 
 // ExpanderName names a strategy for choosing among pools that could grow.

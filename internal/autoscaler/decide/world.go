@@ -31,6 +31,10 @@ type simNode struct {
 	gone     bool
 	gpu      bool // allocatable has a GPU resource
 	upcoming bool
+	// raw are a snapshot node's pods until load parses them into pods and
+	// used; loaded is true once it has (and for simulated nodes).
+	raw    []*corev1.Pod
+	loaded bool
 	idx      int // position in world.nodes
 }
 
@@ -48,6 +52,9 @@ type world struct {
 	placed    []*podInfo
 	antiPods  []*podInfo // pods with required anti-affinity (snapshot ones in overlay mode)
 	nsLabels  map[string]map[string]string
+	memo      *Memo // parsed bound pods, kept across calls; may be nil
+	// lazy: snapshot nodes' pods are parsed when a check first needs them.
+	lazy bool
 
 	// Overlay mode: snapshot pods grouped so that a pending pod's selectors
 	// are evaluated once per group, and base counts shared by equivalent
@@ -61,10 +68,13 @@ type world struct {
 	// extended resource they have allocatable.
 	ordered []*simNode
 	byRes   map[corev1.ResourceName][]*simNode
+	// static caches staticCandidates by equivalence key.
+	static map[string][]*simNode
 }
 
-func newWorld(nsLabels map[string]map[string]string, overlay bool) *world {
-	return &world{nsLabels: nsLabels, overlay: overlay}
+// newWorld makes an empty world; memo may be nil.
+func newWorld(nsLabels map[string]map[string]string, overlay bool, memo *Memo) *world {
+	return &world{nsLabels: nsLabels, overlay: overlay, memo: memo}
 }
 
 // startupTaints are removed from templates: a new node carries them only
@@ -77,7 +87,9 @@ var startupTaints = map[string]bool{
 	"DeletionCandidateOfClusterAutoscaler":           true,
 }
 
-// addSnapshotNode adds a registered node with its pods.
+// addSnapshotNode adds a registered node with its pods. In a lazy world the
+// pods are parsed on first use (load), unless one of them has required
+// anti-affinity, which every other pod's checks need.
 func (w *world) addSnapshotNode(ni *NodeInfo) *simNode {
 	n := &simNode{
 		node:   ni.Node,
@@ -88,33 +100,70 @@ func (w *world) addSnapshotNode(ni *NodeInfo) *simNode {
 		alloc:  resourcesFromList(ni.Node.Status.Allocatable),
 		target: ni.Ready,
 		idx:    len(w.nodes),
+		raw:    ni.Pods,
 	}
 	n.gpu = n.alloc.gpuTotal() > 0
-	for _, p := range ni.Pods {
-		if p == nil || isFinished(p) {
-			continue
-		}
-		pi := w.existingPodInfo(p, n)
-		n.pods = append(n.pods, pi)
-		n.used.add(pi.req, 1)
-	}
-	n.baseLen = len(n.pods)
 	w.nodes = append(w.nodes, n)
 	w.baseCount = len(w.nodes)
 	w.groups = nil
+	if !w.lazy || hasRequiredAntiAffinity(ni.Pods) {
+		w.load(n)
+	}
 	return n
 }
 
-// existingPodInfo parses a bound pod: only what filters for other pods need
-// (request, host ports, required anti-affinity). Anti-affinity terms are
-// compiled once per controller and label set.
-func (w *world) existingPodInfo(p *corev1.Pod, n *simNode) *podInfo {
-	pi := &podInfo{pod: p, req: podRequests(p), node: n}
-	pi.req.pods = 1
-	pi.hostPorts = hostPortsOf(p)
-	a := p.Spec.Affinity
-	if a == nil || a.PodAntiAffinity == nil || len(a.PodAntiAffinity.RequiredDuringSchedulingIgnoredDuringExecution) == 0 {
-		return pi
+func hasRequiredAntiAffinity(pods []*corev1.Pod) bool {
+	for _, p := range pods {
+		if p == nil {
+			continue
+		}
+		if a := p.Spec.Affinity; a != nil && a.PodAntiAffinity != nil && len(a.PodAntiAffinity.RequiredDuringSchedulingIgnoredDuringExecution) > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// load parses a snapshot node's pods, once.
+func (w *world) load(n *simNode) {
+	if n.loaded {
+		return
+	}
+	n.loaded = true
+	// One allocation for the node's pods instead of one per pod.
+	slab := make([]podInfo, 0, len(n.raw))
+	for _, p := range n.raw {
+		if p == nil || isFinished(p) {
+			continue
+		}
+		slab = append(slab, podInfo{})
+		pi := &slab[len(slab)-1]
+		w.existingPodInfo(pi, p, n)
+		n.used.add(pi.req, 1)
+	}
+	n.pods = make([]*podInfo, len(slab))
+	for i := range slab {
+		n.pods[i] = &slab[i]
+	}
+	n.baseLen = len(n.pods)
+	n.raw = nil
+}
+
+// loadAll loads every snapshot node.
+func (w *world) loadAll() {
+	for _, n := range w.nodes[:w.baseCount] {
+		w.load(n)
+	}
+}
+
+// existingPodInfo fills pi for a bound pod: only what filters for other pods
+// need (request, host ports, required anti-affinity), from the memo when the
+// pod is unchanged. Pods sharing an equivalence key share one antiGroup.
+func (w *world) existingPodInfo(pi *podInfo, p *corev1.Pod, n *simNode) {
+	pp := w.memo.get(p)
+	*pi = podInfo{pod: p, req: pp.req, scalarNames: pp.scalarNames, gpu: pp.gpu, node: n, hostPorts: pp.hostPorts, groupKey: pp.groupKey}
+	if len(pp.anti) == 0 {
+		return
 	}
 	key := equivalenceKey(p)
 	var g *antiGroup
@@ -122,12 +171,7 @@ func (w *world) existingPodInfo(p *corev1.Pod, n *simNode) *podInfo {
 		g = w.antiByKey[key]
 	}
 	if g == nil {
-		g = &antiGroup{pod: p}
-		for i := range a.PodAntiAffinity.RequiredDuringSchedulingIgnoredDuringExecution {
-			// An invalid selector selects nothing: the term cannot forbid.
-			t, _ := compileAffinityTerm(p, &a.PodAntiAffinity.RequiredDuringSchedulingIgnoredDuringExecution[i])
-			g.terms = append(g.terms, t)
-		}
+		g = &antiGroup{pod: p, terms: pp.anti}
 		w.antiGroups = append(w.antiGroups, g)
 		if key != "" {
 			if w.antiByKey == nil {
@@ -139,7 +183,6 @@ func (w *world) existingPodInfo(p *corev1.Pod, n *simNode) *podInfo {
 	g.nodes = append(g.nodes, n)
 	pi.anti = g.terms
 	w.antiPods = append(w.antiPods, pi)
-	return pi
 }
 
 // equivalenceKey identifies pods that share a spec and labels: same
@@ -171,14 +214,12 @@ func (w *world) ensureGroups() {
 	if w.groups != nil {
 		return
 	}
+	w.loadAll()
 	byKey := map[string]*podGroup{}
 	w.groups = []*podGroup{}
 	for _, n := range w.nodes[:w.baseCount] {
 		for _, p := range n.pods[:n.baseLen] {
-			key := p.pod.Namespace + "\x00" + labels.Set(p.pod.Labels).String()
-			if p.pod.DeletionTimestamp != nil {
-				key += "\x00terminating"
-			}
+			key := p.groupKey
 			g := byKey[key]
 			if g == nil {
 				g = &podGroup{pod: p.pod}
@@ -244,6 +285,7 @@ func (t *poolTemplate) newNode(name string) *simNode {
 		alloc:  t.alloc.clone(),
 		gpu:    t.gpu,
 		target: true,
+		loaded: true,
 	}
 }
 
@@ -257,6 +299,7 @@ func (w *world) addExtraNode(n *simNode) {
 func (w *world) buildIndex() {
 	w.ordered = w.ordered[:0]
 	w.byRes = make(map[corev1.ResourceName][]*simNode)
+	w.static = nil
 	for _, n := range w.nodes {
 		if n.target && !n.gpu {
 			w.ordered = append(w.ordered, n)
@@ -294,8 +337,35 @@ func (w *world) candidates(pi *podInfo) []*simNode {
 	return best
 }
 
+// staticCandidates is candidates less the nodes that fail pi's static
+// filters (taints, node selector and affinity, unschedulable), shared by
+// the pods of one controller with the same labels: their specs are equal,
+// so the static filters only run once per such group, not once per pod.
+func (w *world) staticCandidates(pi *podInfo) []*simNode {
+	all := w.candidates(pi)
+	key := equivalenceKey(pi.pod)
+	if key == "" {
+		return all
+	}
+	if list, ok := w.static[key]; ok {
+		return list
+	}
+	list := make([]*simNode, 0, len(all))
+	for _, n := range all {
+		if staticReasons(pi, n) == "" {
+			list = append(list, n)
+		}
+	}
+	if w.static == nil {
+		w.static = map[string][]*simNode{}
+	}
+	w.static[key] = list
+	return list
+}
+
 // place puts a copy of pi on n and returns the copy.
 func (w *world) place(pi *podInfo, n *simNode) *podInfo {
+	w.load(n)
 	cp := *pi
 	cp.node = n
 	cp.base = nil
@@ -487,6 +557,7 @@ func (w *world) counts(pi *podInfo) *topoCounts {
 		return &topoCounts{}
 	}
 	if !w.overlay {
+		w.loadAll()
 		tc := newTopoCounts(w, pi)
 		for _, n := range w.nodes {
 			if !pi.hasTopology() {
