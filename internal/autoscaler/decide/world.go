@@ -35,7 +35,7 @@ type simNode struct {
 	// used; loaded is true once it has (and for simulated nodes).
 	raw    []*corev1.Pod
 	loaded bool
-	idx      int // position in world.nodes
+	idx    int // position in world.nodes
 }
 
 // world is the cluster a simulation runs on.
