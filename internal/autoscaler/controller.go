@@ -57,6 +57,10 @@ type Reconciler struct {
 	Clock    clock.PassiveClock
 	// Events receives tenant pod changes (see PodHandler).
 	Events chan event.GenericEvent
+	// Booked, when set, returns the tenant's pods whose capacity is booked
+	// (ProvisioningRequests that are provisioned); they hold their room in
+	// every decision. pods are the tenant's pods.
+	Booked func(ctx context.Context, t *tenant.Tenant, pods []*corev1.Pod) ([]*corev1.Pod, error)
 
 	mu     sync.Mutex
 	states map[string]*clusterState
@@ -212,6 +216,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	snap := BuildSnapshot(in.nodes, in.pods, in.machines, decide.Limits{MaxNodes: int(cl.Spec.Autoscaling.MaxNodes), MaxGPUs: int(cl.Spec.Autoscaling.MaxGPUs)})
 	snap.PDBs = in.pdbs
 	snap.Memo = st.memo
+	snap.Booked = in.booked
 	unschedulablePods.WithLabelValues(key).Set(float64(len(snap.Pending)))
 
 	expander := decide.Expander{Name: decide.ExpanderName(cl.Spec.Autoscaling.Expander)}
@@ -256,6 +261,7 @@ type input struct {
 	nodes    []*corev1.Node
 	pods     []*corev1.Pod
 	pdbs     []policyv1.PodDisruptionBudget
+	booked   []*corev1.Pod
 }
 
 func (r *Reconciler) gather(ctx context.Context, cl *fkev1.Cluster) (*input, error) {
@@ -300,6 +306,11 @@ func (r *Reconciler) gather(ctx context.Context, cl *fkev1.Cluster) (*input, err
 	}
 	if in.pods, err = t.Pods(ctx); err != nil {
 		return nil, fmt.Errorf("listing pods: %w", err)
+	}
+	if r.Booked != nil {
+		if in.booked, err = r.Booked(ctx, t, in.pods); err != nil {
+			return nil, err
+		}
 	}
 	var pdbs policyv1.PodDisruptionBudgetList
 	if err := t.Client.List(ctx, &pdbs); err != nil {

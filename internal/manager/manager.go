@@ -133,7 +133,7 @@ func Run(ctx context.Context, opts Options) error {
 	tenants.AddNodeHandler(machines.NodeHandler)
 	tenants.AddNodeHandler(pools.NodeHandler)
 	tenants.AddPodHandler(pools.PodHandler)
-	scaler := &autoscaler.Reconciler{Client: mgr.GetClient(), Tenants: tenants, Recorder: mgr.GetEventRecorder("fke-autoscaler")}
+	scaler := &autoscaler.Reconciler{Client: mgr.GetClient(), Tenants: tenants, Recorder: mgr.GetEventRecorder("fke-autoscaler"), Booked: provreq.BookedPods}
 	if err := scaler.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up autoscaler: %w", err)
 	}

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"sort"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -62,6 +63,18 @@ func ScaleDown(s Snapshot, pools []Pool, unneededSince map[string]time.Time, now
 		}
 		cands = append(cands, c)
 	}
+	// Booked capacity is taken first; a node holding some is not unneeded.
+	w.buildIndex()
+	booked := w.placeBooked(s.Booked)
+	kept := cands[:0]
+	for _, c := range cands {
+		if by := booked[c.node]; len(by) > 0 {
+			plan.Kept[c.node.name] = "capacity booked by ProvisioningRequest " + strings.Join(by, ", ")
+			continue
+		}
+		kept = append(kept, c)
+	}
+	cands = kept
 	for _, c := range cands {
 		if c.node.gpu {
 			c.node.target = false // never a destination for another node's pods
@@ -203,16 +216,7 @@ func newCandidate(ni *NodeInfo, n *simNode, p *Pool) (*candidate, string) {
 func (w *world) moveAway(c *candidate) string {
 	c.node.gone = true
 	pods := append([]*podInfo(nil), c.movable...)
-	sort.SliceStable(pods, func(a, b int) bool {
-		x, y := pods[a], pods[b]
-		if x.gpu != y.gpu {
-			return x.gpu > y.gpu
-		}
-		if x.req.milliCPU != y.req.milliCPU {
-			return x.req.milliCPU > y.req.milliCPU
-		}
-		return x.req.memory > y.req.memory
-	})
+	largestFirst(pods)
 	var moved []*podInfo
 	for _, pi := range pods {
 		n := w.findNode(pi)

@@ -69,6 +69,7 @@ func ScaleUp(s Snapshot, pools []Pool, e Expander, now time.Time) ScaleUpPlan {
 		}
 	}
 	w.buildIndex()
+	w.placeBooked(s.Booked)
 	su.added = make([]int, len(pools))
 	su.clusterNodes, su.clusterGPUs = clusterUsage(&s, pools, su.tmpls)
 	switch e.Name {

@@ -143,6 +143,13 @@ type Snapshot struct {
 	// terms with a namespaceSelector. Optional: a namespace missing here is
 	// taken to carry only "kubernetes.io/metadata.name".
 	Namespaces map[string]map[string]string
+	// Booked are pods whose capacity is reserved but not yet used: the
+	// pods of ProvisioningRequests that are Provisioned and whose booking
+	// has not expired, less the pods that already consume them. They are
+	// placed on ready nodes before anything else, so pending pods do not
+	// take that room and the nodes holding it are not scaled down. Each
+	// carries the consume-provisioning-request annotation naming its request.
+	Booked []*corev1.Pod
 	// Memo, optional, keeps parsed bound pods between calls (see Memo); it
 	// makes repeated calls on a large, slowly changing cluster cheaper and
 	// never changes their result.

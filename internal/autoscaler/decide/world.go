@@ -7,6 +7,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+
+	provreqv1 "fke.dev/fke/internal/autoscaler/provreq/v1"
 )
 
 // simNode is a node in a simulation: a snapshot node, an upcoming machine or
@@ -361,6 +363,50 @@ func (w *world) staticCandidates(pi *podInfo) []*simNode {
 	}
 	w.static[key] = list
 	return list
+}
+
+// placeBooked places the pods whose capacity is booked (Snapshot.Booked),
+// largest first, on target nodes; pods that fit nowhere are left out (that
+// capacity is gone). It returns, per node that took some, the requests
+// (namespace/name from the consume annotation) they belong to.
+func (w *world) placeBooked(pods []*corev1.Pod) map[*simNode][]string {
+	if len(pods) == 0 {
+		return nil
+	}
+	pis := make([]*podInfo, 0, len(pods))
+	for _, p := range pods {
+		if p != nil {
+			pis = append(pis, newPodInfo(p))
+		}
+	}
+	largestFirst(pis)
+	out := map[*simNode][]string{}
+	for _, pi := range pis {
+		n := w.findNode(pi)
+		if n == nil {
+			continue
+		}
+		w.place(pi, n)
+		by := pi.pod.Namespace + "/" + pi.pod.Annotations[provreqv1.AnnotationConsumeProvisioningRequest]
+		if !containsString(out[n], by) {
+			out[n] = append(out[n], by)
+		}
+	}
+	return out
+}
+
+// largestFirst orders pods by GPUs, then cpu, then memory, descending.
+func largestFirst(pis []*podInfo) {
+	sort.SliceStable(pis, func(a, b int) bool {
+		x, y := pis[a], pis[b]
+		if x.gpu != y.gpu {
+			return x.gpu > y.gpu
+		}
+		if x.req.milliCPU != y.req.milliCPU {
+			return x.req.milliCPU > y.req.milliCPU
+		}
+		return x.req.memory > y.req.memory
+	})
 }
 
 // place puts a copy of pi on n and returns the copy.

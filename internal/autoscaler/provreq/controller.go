@@ -138,7 +138,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		pods, podsErr := r.podsFor(ctx, t, pr)
 		now := r.Clock.Now()
 		d := Decide(Input{Request: pr, Pods: pods, PodsError: podsErr, Snapshot: st.snapshot, Pools: st.pools, Replicas: st.replicas, Now: now})
-		if err := r.apply(ctx, t, pr, d, st, now); err != nil {
+		if err := r.apply(ctx, t, pr, pods, d, st, now); err != nil {
 			return ctrl.Result{}, err
 		}
 		if d.RequeueAfter > 0 && (requeue == 0 || d.RequeueAfter < requeue) {
@@ -186,21 +186,15 @@ func (r *Reconciler) gather(ctx context.Context, cl *fkev1.Cluster, t *tenant.Te
 	for i := range ml.Items {
 		machines[i] = &ml.Items[i]
 	}
-	var nl corev1.NodeList
-	if err := t.Client.List(ctx, &nl); err != nil {
+	// Nodes and pods are read from the informer store without copies; the
+	// decision code only reads them.
+	nodes, err := t.Nodes(ctx)
+	if err != nil {
 		return nil, fmt.Errorf("listing nodes: %w", err)
 	}
-	nodes := make([]*corev1.Node, len(nl.Items))
-	for i := range nl.Items {
-		nodes[i] = &nl.Items[i]
-	}
-	var pl corev1.PodList
-	if err := t.Client.List(ctx, &pl); err != nil {
+	pods, err := t.Pods(ctx)
+	if err != nil {
 		return nil, fmt.Errorf("listing pods: %w", err)
-	}
-	pods := make([]*corev1.Pod, len(pl.Items))
-	for i := range pl.Items {
-		pods[i] = &pl.Items[i]
 	}
 	st.pools, _ = autoscaler.BuildPools(pools, itypes, machines, nil)
 	for _, p := range st.pools {
@@ -209,6 +203,9 @@ func (r *Reconciler) gather(ctx context.Context, cl *fkev1.Cluster, t *tenant.Te
 	st.snapshot = autoscaler.BuildSnapshot(nodes, pods, machines, decide.Limits{
 		MaxNodes: int(cl.Spec.Autoscaling.MaxNodes), MaxGPUs: int(cl.Spec.Autoscaling.MaxGPUs),
 	})
+	if st.snapshot.Booked, err = BookedPods(ctx, t, pods); err != nil {
+		return nil, err
+	}
 	return st, nil
 }
 
@@ -234,10 +231,10 @@ func (r *Reconciler) podsFor(ctx context.Context, t *tenant.Tenant, pr *provreqv
 	return pods, ""
 }
 
-// apply carries out a decision: booking annotation, resize, conditions,
-// events. Writes use optimistic locking, so a decision made on a stale
+// apply carries out a decision about pr (whose pods are pods): booking
+// annotation, resize, conditions, events. Writes use optimistic locking, so a decision made on a stale
 // cache fails with a conflict and is made again on the next pass.
-func (r *Reconciler) apply(ctx context.Context, t *tenant.Tenant, pr *provreqv1.ProvisioningRequest, d Decision, st *state, now time.Time) error {
+func (r *Reconciler) apply(ctx context.Context, t *tenant.Tenant, pr *provreqv1.ProvisioningRequest, pods []*corev1.Pod, d Decision, st *state, now time.Time) error {
 	log := logr.FromContextOrDiscard(ctx).WithValues("cluster", t.Key, "provisioningRequest", pr.Namespace+"/"+pr.Name)
 	if d.Booking != nil {
 		patch := client.MergeFromWithOptions(pr.DeepCopy(), client.MergeFromWithOptimisticLock{})
@@ -277,6 +274,11 @@ func (r *Reconciler) apply(ctx context.Context, t *tenant.Tenant, pr *provreqv1.
 		}
 		if err := t.Client.Status().Patch(ctx, pr, patch); err != nil {
 			return fmt.Errorf("updating status of %s/%s: %w", pr.Namespace, pr.Name, err)
+		}
+	}
+	for _, c := range d.Conditions {
+		if c.Type == provreqv1.Provisioned && c.Status == metav1.ConditionTrue {
+			st.snapshot.Booked = append(st.snapshot.Booked, pods...)
 		}
 	}
 	for _, e := range d.Events {

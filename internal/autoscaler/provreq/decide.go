@@ -34,6 +34,11 @@ const (
 	ReasonProvisioningTimedOut = "ProvisioningTimedOut"
 )
 
+// ParameterNoRetry is Cluster Autoscaler's spec.parameters key: "true"
+// makes a best-effort-atomic request fail at once when the capacity cannot
+// be provisioned now, instead of being tried again.
+const ParameterNoRetry = "noRetry"
+
 // AnnotationBooking on a ProvisioningRequest records the scale-up made for
 // it (JSON Booking). It is written before the pool grows, so a restarted
 // manager never grows a pool twice for one request.
@@ -150,7 +155,11 @@ func Final(pr *provreqv1.ProvisioningRequest) bool {
 //   - best-effort-atomic-scale-up.autoscaling.x-k8s.io uses existing room
 //     when the pods fit ready nodes; otherwise it grows the one pool that
 //     takes all pods with the fewest new nodes (then the cheapest) in one
-//     step, or fails without growing anything when no pool can.
+//     step. When no pool can, nothing grows: the request fails if no pool
+//     ever could (a pod fits none of its nodes, or the gang needs more than
+//     its max size or the cluster limits), and otherwise stays
+//     Provisioned=False and is tried again, unless parameter noRetry is
+//     "true".
 func Decide(in Input) Decision {
 	pr := in.Request
 	var d Decision
@@ -276,23 +285,33 @@ func scaleUp(in Input, d *Decision, cond condFunc, fail func(reason, msg string)
 	pr := in.Request
 	var opts []option
 	var reasons []string
+	retry := false
 	for _, p := range in.Pools {
-		n, ok, why := decide.ScaleUpAtomic(in.Snapshot, p, in.Pods, in.Now)
-		if !ok {
-			reasons = append(reasons, why)
+		r := decide.ScaleUpAtomic(in.Snapshot, p, in.Pods, in.Now)
+		if !r.OK {
+			reasons = append(reasons, r.Reason)
+			retry = retry || r.Retry
 			continue
 		}
 		cur, known := in.Replicas[p.Name]
-		if !known || n <= 0 || cur+n > p.MaxSize {
-			reasons = append(reasons, fmt.Sprintf("max size of pool %s reached: need %d, %d allowed", p.Name, n, max(p.MaxSize-cur, 0)))
+		if !known || r.Nodes <= 0 || cur+r.Nodes > p.MaxSize {
+			reasons = append(reasons, fmt.Sprintf("max size of pool %s reached: need %d, %d allowed", p.Name, r.Nodes, max(p.MaxSize-cur, 0)))
+			retry = retry || r.Nodes <= p.MaxSize
 			continue
 		}
-		opts = append(opts, option{pool: p, nodes: n})
+		opts = append(opts, option{pool: p, nodes: r.Nodes})
 	}
 	if len(opts) == 0 {
 		msg := "no autoscaled node pool"
 		if len(reasons) > 0 {
 			msg = strings.Join(reasons, "; ")
+		}
+		if retry && pr.Spec.Parameters[ParameterNoRetry] != "true" {
+			// Room may free up (a backoff ends, nodes go away): look again.
+			setIfChanged(d, pr, cond, provreqv1.Provisioned, metav1.ConditionFalse, ReasonCapacityIsNotFound,
+				"Capacity is not found, fke will try again: "+msg)
+			d.RequeueAfter = RecheckInterval
+			return
 		}
 		fail(ReasonCapacityIsNotFound, "Capacity is not found: "+msg)
 		return

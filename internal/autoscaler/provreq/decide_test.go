@@ -126,6 +126,20 @@ func TestDecide(t *testing.T) {
 			want: "Accepted=True/Accepted Provisioned=False/CapacityIsNotFound", message: "not ready"},
 		{name: "atomic: over max size fails, grows nothing", pr: request("r", atomic, 4), pods: gpuPods(4, 8), pools: gpu(0, 0, 3), replicas: map[string]int{"gpu": 0},
 			want: "Accepted=True/Accepted Failed=True/CapacityIsNotFound", message: "max size of pool gpu reached: need 4, 3 allowed"},
+		{name: "atomic: room taken by current nodes is tried again", pr: request("r", atomic, 2), pods: gpuPods(2, 8), pools: gpu(2, 0, 3), replicas: map[string]int{"gpu": 2},
+			want: "Accepted=True/Accepted Provisioned=False/CapacityIsNotFound", message: "fke will try again: max size of pool gpu reached: need 2, 1 allowed"},
+		{name: "atomic: noRetry fails at once", pr: func() *provreqv1.ProvisioningRequest {
+			pr := request("r", atomic, 2)
+			pr.Spec.Parameters = map[string]provreqv1.Parameter{ParameterNoRetry: "true"}
+			return pr
+		}(), pods: gpuPods(2, 8), pools: gpu(2, 0, 3), replicas: map[string]int{"gpu": 2},
+			want: "Accepted=True/Accepted Failed=True/CapacityIsNotFound", message: "need 2, 1 allowed"},
+		{name: "atomic: backing-off pool is tried again", pr: request("r", atomic, 1), pods: gpuPods(1, 8), pools: func() []decide.Pool {
+			p := gpu(0, 0, 3)
+			p[0].BackoffUntil = t0.Add(time.Minute)
+			return p
+		}(), replicas: map[string]int{"gpu": 0},
+			want: "Accepted=True/Accepted Provisioned=False/CapacityIsNotFound", message: "backing off"},
 		{name: "atomic: pod too big for any pool fails", pr: request("r", atomic, 1), pods: gpuPods(1, 16), pools: gpu(0, 0, 3), replicas: map[string]int{"gpu": 0},
 			want: "Accepted=True/Accepted Failed=True/CapacityIsNotFound", message: "Insufficient nvidia.com/gpu"},
 		{name: "atomic: no autoscaled pool", pr: request("r", atomic, 1), pods: gpuPods(1, 8),
@@ -264,5 +278,50 @@ func TestPodsFor(t *testing.T) {
 	}
 	if _, err := PodsFor(pr, map[string]*corev1.PodTemplate{"worker": tmpl("worker")}); err == nil || !strings.Contains(err.Error(), "ml/driver") {
 		t.Fatalf("missing template: err = %v", err)
+	}
+}
+
+func TestBooked(t *testing.T) {
+	provisionedAt := condition(provreqv1.Provisioned, metav1.ConditionTrue, ReasonCapacityIsProvisioned, t0)
+	tmpl := &corev1.PodTemplate{ObjectMeta: metav1.ObjectMeta{Namespace: "ml", Name: "worker"}}
+	template := func(ns, name string) *corev1.PodTemplate {
+		if ns == "ml" && name == "worker" {
+			return tmpl
+		}
+		return nil
+	}
+	consumer := func(req string, phase corev1.PodPhase) *corev1.Pod {
+		return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ml", Name: "c", Annotations: map[string]string{provreqv1.AnnotationConsumeProvisioningRequest: req}},
+			Status: corev1.PodStatus{Phase: phase}}
+	}
+	missing := request("missing", provreqv1.ClassBestEffortAtomicScaleUp, 2, provisionedAt)
+	missing.Spec.PodSets[0].PodTemplateRef.Name = "gone"
+	tests := []struct {
+		name string
+		prs  []*provreqv1.ProvisioningRequest
+		pods []*corev1.Pod
+		want string
+	}{
+		{"provisioned: all its pods are booked", []*provreqv1.ProvisioningRequest{request("a", provreqv1.ClassBestEffortAtomicScaleUp, 3, provisionedAt)}, nil, "a-0-0 a-0-1 a-0-2"},
+		{"pods that consume it use up the booking", []*provreqv1.ProvisioningRequest{request("a", provreqv1.ClassBestEffortAtomicScaleUp, 3, provisionedAt)},
+			[]*corev1.Pod{consumer("a", corev1.PodRunning), consumer("a", corev1.PodPending), consumer("a", corev1.PodSucceeded), consumer("other", corev1.PodRunning)}, "a-0-2"},
+		{"not provisioned yet: nothing booked", []*provreqv1.ProvisioningRequest{request("a", provreqv1.ClassBestEffortAtomicScaleUp, 3)}, nil, ""},
+		{"booking expired: nothing booked", []*provreqv1.ProvisioningRequest{request("a", provreqv1.ClassCheckCapacity, 3, provisionedAt,
+			condition(provreqv1.BookingExpired, metav1.ConditionTrue, ReasonCapacityReservationTimeExpired, t0))}, nil, ""},
+		{"template gone: nothing booked", []*provreqv1.ProvisioningRequest{missing}, nil, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var got []string
+			for _, p := range Booked(tt.prs, template, tt.pods) {
+				got = append(got, p.Name)
+				if p.Annotations[provreqv1.AnnotationConsumeProvisioningRequest] == "" {
+					t.Errorf("booked pod %s does not name its request", p.Name)
+				}
+			}
+			if strings.Join(got, " ") != tt.want {
+				t.Fatalf("booked %v, want %q", got, tt.want)
+			}
+		})
 	}
 }

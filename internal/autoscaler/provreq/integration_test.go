@@ -22,19 +22,20 @@ import (
 	"fke.dev/fke/test/testenv"
 )
 
-// TestProvisioningRequests runs the reconciler in the test process against a
-// real tenant cluster whose NodePool/Machine controllers run in fke-manager:
-// an atomic request that exceeds the pool's max size fails without creating
-// anything; one that fits grows the pool to exactly its size at once and is
-// provisioned when the nodes are ready; a check-capacity request then finds
-// the room without growing anything.
+// TestProvisioningRequests runs against a real tenant cluster whose
+// ProvisioningRequest, autoscaler, NodePool and Machine controllers run in
+// fke-manager: an atomic request that exceeds the pool's max size fails
+// without creating anything; one that fits grows the pool to exactly its
+// size at once and is provisioned when the nodes are ready; its capacity
+// stays booked: a check-capacity request does not find it free, the idle
+// nodes are not scaled down, and the request's own pods run there.
 func TestProvisioningRequests(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a management plane and a tenant cluster")
 	}
 	e := testenv.Up(t)
 	ctx := context.Background()
-	e.MustRun("cluster", "create", "demo", "--nodepool", "name=gpu,type=gpu-h100x8,min=0,max=3", "--wait")
+	e.MustRun("cluster", "create", "demo", "--nodepool", "name=gpu,type=gpu-h100x8,min=0,max=3,unneeded=2s", "--wait")
 	// The manager installed the API when the cluster became ready.
 	cl := &fkev1.Cluster{}
 	if err := e.Client().Get(ctx, client.ObjectKey{Namespace: "default", Name: "demo"}, cl); err != nil {
@@ -111,14 +112,73 @@ func TestProvisioningRequests(t *testing.T) {
 		t.Fatalf("pool replicas = %d after provisioning, want 2", n)
 	}
 
-	// (c) check-capacity for 1 × 8 GPUs finds the two empty nodes.
+	// (c) check-capacity for 1 × 8 GPUs: the two empty nodes are booked by
+	// the gang, so there is no free capacity and nothing grows.
 	mustCreate(t, tc, newRequest("check", provreqv1.ClassCheckCapacity, 1))
-	waitCondition(t, tc, passErr, "check", provreqv1.Provisioned, "")
+	testenv.Eventually(t, 60*time.Second, "check-capacity answered", func() error {
+		pr := &provreqv1.ProvisioningRequest{}
+		if err := tc.Get(ctx, client.ObjectKey{Namespace: "default", Name: "check"}, pr); err != nil {
+			return err
+		}
+		c := meta.FindStatusCondition(pr.Status.Conditions, provreqv1.Provisioned)
+		if c == nil {
+			return fmt.Errorf("conditions %+v", pr.Status.Conditions)
+		}
+		if c.Status != metav1.ConditionFalse || c.Reason != provreq.ReasonCapacityIsNotFound {
+			t.Fatalf("check-capacity on booked nodes: %+v, want Provisioned=False/%s", c, provreq.ReasonCapacityIsNotFound)
+		}
+		return nil
+	})
+
+	// (d) The booked nodes are idle, and the pool's unneeded time is 2 s,
+	// but they stay while the booking lasts.
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(500 * time.Millisecond) {
+		if n := replicas(t, mgmt); n != 2 {
+			t.Fatalf("pool replicas = %d while the gang's capacity is booked, want 2", n)
+		}
+	}
+	np := &fkev1.NodePool{}
+	if err := mgmt.Get(ctx, client.ObjectKey{Namespace: "default", Name: "gpu"}, np); err != nil {
+		t.Fatal(err)
+	}
+	if d := np.Status.LastScaleDecision; d == nil || d.To != 2 {
+		t.Fatalf("last scale decision %+v, want the gang's 0 → 2", d)
+	}
+
+	// (e) The gang's own pods run on the booked nodes without a scale-up.
+	for i := range 2 {
+		mustCreate(t, tc, &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: fmt.Sprintf("gang-worker-%d", i),
+				Annotations: map[string]string{provreqv1.AnnotationConsumeProvisioningRequest: "gang"}},
+			Spec: corev1.PodSpec{
+				Tolerations: []corev1.Toleration{{Key: "nvidia.com/gpu", Operator: corev1.TolerationOpExists}},
+				Containers: []corev1.Container{{Name: "train", Image: "trainer", Resources: corev1.ResourceRequirements{
+					Limits: corev1.ResourceList{"nvidia.com/gpu": resource.MustParse("8")},
+				}}},
+			},
+		})
+	}
+	testenv.Eventually(t, 60*time.Second, "gang pods running", func() error {
+		var pods corev1.PodList
+		if err := tc.List(ctx, &pods, client.InNamespace("default")); err != nil {
+			return err
+		}
+		running := 0
+		for _, p := range pods.Items {
+			if strings.HasPrefix(p.Name, "gang-worker-") && p.Status.Phase == corev1.PodRunning {
+				running++
+			}
+		}
+		if running != 2 {
+			return fmt.Errorf("%d of 2 running", running)
+		}
+		return nil
+	})
 	if n := replicas(t, mgmt); n != 2 {
-		t.Fatalf("pool replicas = %d after check-capacity, want 2", n)
+		t.Fatalf("pool replicas = %d with the gang running, want 2", n)
 	}
 	if n := machines(t, mgmt); n != 2 {
-		t.Fatalf("%d machines after check-capacity, want 2", n)
+		t.Fatalf("%d machines with the gang running, want 2", n)
 	}
 	var evs corev1.EventList
 	if err := tc.List(ctx, &evs, client.InNamespace("default")); err != nil {
@@ -130,7 +190,7 @@ func TestProvisioningRequests(t *testing.T) {
 			reasons[ev.InvolvedObject.Name+"/"+ev.Reason] = true
 		}
 	}
-	for _, want := range []string{"too-big/CapacityIsNotFound", "gang/TriggeredScaleUp", "gang/CapacityIsProvisioned", "check/CapacityIsFound"} {
+	for _, want := range []string{"too-big/CapacityIsNotFound", "gang/TriggeredScaleUp", "gang/CapacityIsProvisioned"} {
 		if !reasons[want] {
 			t.Errorf("no event %s; have %v", want, reasons)
 		}

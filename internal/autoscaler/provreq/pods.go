@@ -1,13 +1,18 @@
 package provreq
 
 import (
+	"context"
 	"fmt"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	provreqv1 "fke.dev/fke/internal/autoscaler/provreq/v1"
+	"fke.dev/fke/internal/tenant"
 )
 
 // PodsFor builds the request's pods: Count copies of each PodSet's
@@ -53,4 +58,74 @@ func copyMap(m map[string]string) map[string]string {
 		out[k] = v
 	}
 	return out
+}
+
+// Booked returns the pods whose capacity is booked: for each request that
+// is Provisioned and not final (its booking has not expired), its pods less
+// as many as already consume it (unfinished pods whose consume annotation
+// names it). template resolves a request's PodTemplates (nil when missing);
+// a request whose pods cannot be built books nothing.
+func Booked(prs []*provreqv1.ProvisioningRequest, template func(namespace, name string) *corev1.PodTemplate, pods []*corev1.Pod) []*corev1.Pod {
+	var provisioned []*provreqv1.ProvisioningRequest
+	for _, pr := range prs {
+		if pr.DeletionTimestamp.IsZero() && !Final(pr) && meta.IsStatusConditionTrue(pr.Status.Conditions, provreqv1.Provisioned) {
+			provisioned = append(provisioned, pr)
+		}
+	}
+	if len(provisioned) == 0 {
+		return nil
+	}
+	consumed := map[types.NamespacedName]int{}
+	for _, p := range pods {
+		if name := p.Annotations[provreqv1.AnnotationConsumeProvisioningRequest]; name != "" &&
+			p.Status.Phase != corev1.PodSucceeded && p.Status.Phase != corev1.PodFailed {
+			consumed[types.NamespacedName{Namespace: p.Namespace, Name: name}]++
+		}
+	}
+	var out []*corev1.Pod
+	for _, pr := range provisioned {
+		templates := map[string]*corev1.PodTemplate{}
+		for _, set := range pr.Spec.PodSets {
+			if t := template(pr.Namespace, set.PodTemplateRef.Name); t != nil {
+				templates[set.PodTemplateRef.Name] = t
+			}
+		}
+		all, err := PodsFor(pr, templates)
+		if err != nil {
+			continue
+		}
+		if n := consumed[types.NamespacedName{Namespace: pr.Namespace, Name: pr.Name}]; n < len(all) {
+			out = append(out, all[n:]...)
+		}
+	}
+	return out
+}
+
+// BookedPods lists a tenant's ProvisioningRequests and returns the pods
+// whose capacity is booked (see Booked); none while the API is not
+// installed. pods are the tenant's pods.
+func BookedPods(ctx context.Context, t *tenant.Tenant, pods []*corev1.Pod) ([]*corev1.Pod, error) {
+	var list provreqv1.ProvisioningRequestList
+	if err := t.Client.List(ctx, &list, client.UnsafeDisableDeepCopy); err != nil {
+		if meta.IsNoMatchError(err) {
+			return nil, nil
+		}
+		return nil, fmt.Errorf("listing provisioning requests: %w", err)
+	}
+	prs := make([]*provreqv1.ProvisioningRequest, len(list.Items))
+	for i := range list.Items {
+		prs[i] = &list.Items[i]
+	}
+	var getErr error
+	booked := Booked(prs, func(ns, name string) *corev1.PodTemplate {
+		pt := &corev1.PodTemplate{}
+		if err := t.Client.Get(ctx, types.NamespacedName{Namespace: ns, Name: name}, pt); err != nil {
+			if !apierrors.IsNotFound(err) && getErr == nil {
+				getErr = fmt.Errorf("reading PodTemplate %s/%s: %w", ns, name, err)
+			}
+			return nil
+		}
+		return pt
+	}, pods)
+	return booked, getErr
 }
