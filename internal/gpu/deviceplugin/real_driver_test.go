@@ -2,7 +2,6 @@ package deviceplugin
 
 import (
 	"context"
-	"errors"
 	"path/filepath"
 	"sort"
 	"sync"
@@ -13,22 +12,14 @@ import (
 
 	"fke.dev/fke/internal/gpu/config"
 	"fke.dev/fke/internal/gpu/health"
-	"fke.dev/fke/internal/gpu/nvml"
+	"fke.dev/fke/internal/gpu/nvml/nvmltest"
 )
 
 // TestRealDriverKubeletFlow serves the GPUs of this machine, read through the
 // real NVML, to a kubelet registration endpoint: whole GPUs, then the same
 // GPUs time-sliced four ways. It skips where no NVIDIA driver is installed.
 func TestRealDriverKubeletFlow(t *testing.T) {
-	lib, err := nvml.NewReal()
-	if err != nil {
-		var nd *nvml.ErrNoDriver
-		if errors.As(err, &nd) {
-			t.Skipf("no NVIDIA driver here: %v", err)
-		}
-		t.Fatal(err)
-	}
-	defer lib.Close()
+	lib := nvmltest.Real(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	devs, err := lib.Devices(ctx)

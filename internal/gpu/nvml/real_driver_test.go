@@ -12,23 +12,8 @@ import (
 	"fke.dev/fke/internal/gpu/config"
 	"fke.dev/fke/internal/gpu/labels"
 	"fke.dev/fke/internal/gpu/nvml"
+	"fke.dev/fke/internal/gpu/nvml/nvmltest"
 )
-
-// realOrSkip opens the real NVML, or skips where no driver is installed
-// (TestRealWithoutDriver covers that case).
-func realOrSkip(t *testing.T) nvml.Interface {
-	t.Helper()
-	lib, err := nvml.NewReal()
-	if err != nil {
-		var nd *nvml.ErrNoDriver
-		if errors.As(err, &nd) {
-			t.Skipf("no NVIDIA driver here: %v", err)
-		}
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { lib.Close() })
-	return lib
-}
 
 // smiGPU is one row of nvidia-smi's query output.
 type smiGPU struct {
@@ -74,7 +59,7 @@ func querySMI(t *testing.T) []smiGPU {
 // answer probes and metric reads, the event subscription must start, and the
 // labels must be what GFD would set for that GPU.
 func TestRealDriver(t *testing.T) {
-	lib := realOrSkip(t)
+	lib := nvmltest.Real(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 
@@ -173,7 +158,7 @@ func TestRealDriver(t *testing.T) {
 // TestRealMatchesMock compares a real GPU with the mock profile of the same
 // product, so fleets simulated with the mock look like real nodes.
 func TestRealMatchesMock(t *testing.T) {
-	lib := realOrSkip(t)
+	lib := nvmltest.Real(t)
 	ctx := context.Background()
 	devs, err := lib.Devices(ctx)
 	if err != nil || len(devs) == 0 {
