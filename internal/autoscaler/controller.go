@@ -380,7 +380,7 @@ func (r *Reconciler) applyScaleDown(ctx context.Context, cl *fkev1.Cluster, sd d
 				if m.Status.NodeName != rm.Node || m.Annotations[AnnotationScaleDown] == "true" {
 					continue
 				}
-				if err := r.markForRemoval(ctx, m); err != nil {
+				if _, err := r.markForRemoval(ctx, m); err != nil {
 					return err
 				}
 				marked++
@@ -402,17 +402,18 @@ func (r *Reconciler) applyScaleDown(ctx context.Context, cl *fkev1.Cluster, sd d
 }
 
 // markForRemoval annotates a machine so the NodePool controller removes it
-// first when the pool shrinks. m is the cache's object: it is not modified.
-func (r *Reconciler) markForRemoval(ctx context.Context, m *fkev1.Machine) error {
+// first when the pool shrinks, and returns the patched machine. m is the
+// cache's object: it is not modified.
+func (r *Reconciler) markForRemoval(ctx context.Context, m *fkev1.Machine) (*fkev1.Machine, error) {
 	mc := m.DeepCopy()
 	if mc.Annotations == nil {
 		mc.Annotations = map[string]string{}
 	}
 	mc.Annotations[AnnotationScaleDown] = "true"
 	if err := r.Client.Patch(ctx, mc, client.MergeFrom(m)); err != nil {
-		return fmt.Errorf("marking machine %s for removal: %w", m.Name, err)
+		return nil, fmt.Errorf("marking machine %s for removal: %w", m.Name, err)
 	}
-	return nil
+	return mc, nil
 }
 
 // ResizePool sets a pool's desired replicas to to (never above its maxSize)
@@ -446,7 +447,7 @@ func (r *Reconciler) handleFailedMachines(ctx context.Context, cl *fkev1.Cluster
 	for _, np := range in.pools {
 		pools[np.Name] = np
 	}
-	for _, m := range in.machines {
+	for i, m := range in.machines {
 		np := pools[m.Spec.NodePoolName]
 		if np == nil || !m.DeletionTimestamp.IsZero() || m.Annotations[AnnotationScaleDown] == "true" ||
 			meta.IsStatusConditionTrue(m.Status.Conditions, fkev1.ConditionReady) {
@@ -474,9 +475,11 @@ func (r *Reconciler) handleFailedMachines(ctx context.Context, cl *fkev1.Cluster
 		st.backoffStep[np.Name] = step
 		st.backoffUntil[np.Name] = now.Add(step)
 		r.Recorder.Eventf(np, nil, corev1.EventTypeWarning, "ScaleUpFailed", "ScaleUp", "%s; backing off the pool for %s", why, step)
-		if err := r.markForRemoval(ctx, m); err != nil {
+		marked, err := r.markForRemoval(ctx, m)
+		if err != nil {
 			return err
 		}
+		in.machines[i] = marked // the rest of the pass sees it as being removed
 		cur := int(ptr.Deref(np.Spec.Replicas, 0))
 		if err := ResizePool(ctx, r.Client, np, max(cur-1, int(np.Spec.Autoscaling.MinSize)), why, now); err != nil {
 			return err
