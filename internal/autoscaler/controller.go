@@ -342,17 +342,34 @@ func (r *Reconciler) applyScaleUp(ctx context.Context, cl *fkev1.Cluster, t *ten
 		r.Recorder.Eventf(v.pool, nil, corev1.EventTypeNormal, "TriggeredScaleUp", "ScaleUp", "%s (%d → %d)", reason, v.desired, to)
 		msg := fmt.Sprintf("pod triggered scale-up: [{%s %d->%d (max: %d)}]", inc.Pool, v.desired, to, v.pool.Spec.Autoscaling.MaxSize)
 		for _, p := range inc.Pods {
-			if !st.measured[p.UID] {
-				st.measured[p.UID] = true
-				decisionLatency.WithLabelValues(key).Observe(now.Sub(UnschedulableSince(p)).Seconds())
-			}
+			r.measure(key, st, p, now)
 			r.podEvent(ctx, t, st, p, corev1.EventTypeNormal, "TriggeredScaleUp", msg)
 		}
+	}
+	// A pod that fits a machine already coming up was helped by an earlier
+	// decision: say which pool it waits for (Karpenter's "Nominated").
+	for _, pl := range plan.Schedulable {
+		if !pl.Upcoming {
+			continue
+		}
+		r.measure(key, st, pl.Pod, now)
+		r.podEvent(ctx, t, st, pl.Pod, corev1.EventTypeNormal, "Nominated",
+			fmt.Sprintf("pod fits a node of pool %s that is coming up", pl.Pool))
 	}
 	for _, pr := range plan.NotTriggerScaleUp {
 		r.podEvent(ctx, t, st, pr.Pod, corev1.EventTypeNormal, "NotTriggerScaleUp", pr.Reason)
 	}
 	return nil
+}
+
+// measure records, once per pod, the time from the pod turning
+// unschedulable to the first decision that helps it.
+func (r *Reconciler) measure(key string, st *clusterState, p *corev1.Pod, now time.Time) {
+	if st.measured[p.UID] {
+		return
+	}
+	st.measured[p.UID] = true
+	decisionLatency.WithLabelValues(key).Observe(now.Sub(UnschedulableSince(p)).Seconds())
 }
 
 // applyScaleDown marks the chosen machines and lowers their pools' replicas;

@@ -9,7 +9,7 @@ import (
 var (
 	decisionLatency = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    "fke_autoscaler_scale_up_decision_seconds",
-		Help:    "Time from a pod becoming unschedulable to the scale-up decision that helps it.",
+		Help:    "Time from a pod becoming unschedulable to the first decision that helps it: a scale-up for it, or a machine already coming up that it fits.",
 		Buckets: []float64{.05, .1, .25, .5, 1, 2, 5, 10, 30, 60},
 	}, []string{"cluster"})
 	loopDuration = prometheus.NewHistogramVec(prometheus.HistogramOpts{

@@ -13,14 +13,18 @@ import (
 func NewEvent(ref corev1.ObjectReference, eventType, reason, message, controller string, now time.Time) *corev1.Event {
 	ts := metav1.NewTime(now)
 	return &corev1.Event{
-		ObjectMeta:          metav1.ObjectMeta{Namespace: ref.Namespace, GenerateName: ref.Name + "."},
-		InvolvedObject:      ref,
-		Reason:              reason,
-		Message:             message,
-		Type:                eventType,
-		Source:              corev1.EventSource{Component: "fke-autoscaler"},
-		FirstTimestamp:      ts,
-		LastTimestamp:       ts,
+		ObjectMeta:     metav1.ObjectMeta{Namespace: ref.Namespace, GenerateName: ref.Name + "."},
+		InvolvedObject: ref,
+		Reason:         reason,
+		Message:        message,
+		Type:           eventType,
+		Source:         corev1.EventSource{Component: controller},
+		FirstTimestamp: ts,
+		LastTimestamp:  ts,
+		// EventTime keeps microseconds (the timestamps above keep seconds);
+		// with it set, the API requires an action: the reason says it.
+		EventTime:           metav1.NewMicroTime(now),
+		Action:              reason,
 		Count:               1,
 		ReportingController: controller,
 		ReportingInstance:   "fke-manager",

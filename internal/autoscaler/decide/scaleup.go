@@ -89,7 +89,7 @@ func ScaleUp(s Snapshot, pools []Pool, e Expander, now time.Time) ScaleUpPlan {
 		}
 		if n := w.findNode(pi); n != nil {
 			w.place(pi, n)
-			plan.Schedulable = append(plan.Schedulable, PodPlacement{Pod: pi.pod, Node: n.name, Upcoming: n.upcoming})
+			plan.Schedulable = append(plan.Schedulable, PodPlacement{Pod: pi.pod, Node: n.name, Pool: n.pool, Upcoming: n.upcoming})
 			continue
 		}
 		remaining = append(remaining, pi)

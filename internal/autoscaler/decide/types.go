@@ -190,6 +190,8 @@ type PodPlacement struct {
 	// Node is the node it fits on; for an upcoming machine a synthetic name
 	// "upcoming-<pool>-<i>".
 	Node string
+	// Pool is the node's pool ("" for a node of no autoscaled pool).
+	Pool string
 	// Upcoming is true when the node is an upcoming machine of a pool.
 	Upcoming bool
 }
