@@ -323,6 +323,24 @@ func (r *Reconciler) gather(ctx context.Context, cl *fkev1.Cluster) (*input, err
 // applyScaleUp raises the pools' replicas and tells pods and pools why.
 func (r *Reconciler) applyScaleUp(ctx context.Context, cl *fkev1.Cluster, t *tenant.Tenant, plan decide.ScaleUpPlan, views map[string]*poolView, st *clusterState, now time.Time) error {
 	key := client.ObjectKeyFromObject(cl).String()
+	// A pod that fits a machine already coming up was helped by an earlier
+	// decision: say which pool it waits for (Karpenter's "Nominated").
+	for _, pl := range plan.Schedulable {
+		if !pl.Upcoming {
+			continue
+		}
+		r.measure(key, st, pl.Pod, now)
+		r.podEvent(ctx, t, st, pl.Pod, corev1.EventTypeNormal, "Nominated",
+			fmt.Sprintf("pod fits a node of pool %s that is coming up", pl.Pool))
+	}
+	// Resize every pool first and tell the pods; the decisions are recorded
+	// in the pools' status afterwards, off the pods' path.
+	type record struct {
+		v        *poolView
+		from, to int
+		reason   string
+	}
+	var records []record
 	for _, inc := range plan.Increases {
 		v := views[inc.Pool]
 		if v == nil || inc.Delta <= 0 {
@@ -335,29 +353,25 @@ func (r *Reconciler) applyScaleUp(ctx context.Context, cl *fkev1.Cluster, t *ten
 		reason := fmt.Sprintf("%d unschedulable pods need %d more %s nodes", len(inc.Pods), to-v.desired, v.it.Name)
 		logr.FromContextOrDiscard(ctx).Info("scale-up", "cluster", key, "pool", inc.Pool, "from", v.desired, "to", to,
 			"pods", len(inc.Pods), "liveMachines", len(v.live), "schedulableElsewhere", len(plan.Schedulable))
-		if err := ResizePool(ctx, r.Client, v.pool, to, reason, now); err != nil {
+		if err := setReplicas(ctx, r.Client, v.pool, to); err != nil {
 			return err
 		}
+		records = append(records, record{v, v.desired, to, reason})
 		scaleUps.WithLabelValues(key, inc.Pool).Add(float64(to - v.desired))
-		r.Recorder.Eventf(v.pool, nil, corev1.EventTypeNormal, "TriggeredScaleUp", "ScaleUp", "%s (%d → %d)", reason, v.desired, to)
 		msg := fmt.Sprintf("pod triggered scale-up: [{%s %d->%d (max: %d)}]", inc.Pool, v.desired, to, v.pool.Spec.Autoscaling.MaxSize)
 		for _, p := range inc.Pods {
 			r.measure(key, st, p, now)
 			r.podEvent(ctx, t, st, p, corev1.EventTypeNormal, "TriggeredScaleUp", msg)
 		}
 	}
-	// A pod that fits a machine already coming up was helped by an earlier
-	// decision: say which pool it waits for (Karpenter's "Nominated").
-	for _, pl := range plan.Schedulable {
-		if !pl.Upcoming {
-			continue
-		}
-		r.measure(key, st, pl.Pod, now)
-		r.podEvent(ctx, t, st, pl.Pod, corev1.EventTypeNormal, "Nominated",
-			fmt.Sprintf("pod fits a node of pool %s that is coming up", pl.Pool))
-	}
 	for _, pr := range plan.NotTriggerScaleUp {
 		r.podEvent(ctx, t, st, pr.Pod, corev1.EventTypeNormal, "NotTriggerScaleUp", pr.Reason)
+	}
+	for _, rec := range records {
+		if err := recordScaleDecision(ctx, r.Client, rec.v.pool, rec.from, rec.to, rec.reason, now); err != nil {
+			return err
+		}
+		r.Recorder.Eventf(rec.v.pool, nil, corev1.EventTypeNormal, "TriggeredScaleUp", "ScaleUp", "%s (%d → %d)", rec.reason, rec.from, rec.to)
 	}
 	return nil
 }
@@ -438,15 +452,28 @@ func (r *Reconciler) markForRemoval(ctx context.Context, m *fkev1.Machine) (*fke
 // ProvisioningRequest controller both resize through it. opts may ask for an
 // optimistically locked spec patch (client.MergeFromWithOptimisticLock).
 func ResizePool(ctx context.Context, c client.Client, np *fkev1.NodePool, to int, reason string, now time.Time, opts ...client.MergeFromOption) error {
+	from := nodepool.DesiredReplicas(np)
+	if err := setReplicas(ctx, c, np, to, opts...); err != nil {
+		return err
+	}
+	return recordScaleDecision(ctx, c, np, from, to, reason, now)
+}
+
+// setReplicas patches the pool's spec.replicas to to (never above maxSize).
+func setReplicas(ctx context.Context, c client.Client, np *fkev1.NodePool, to int, opts ...client.MergeFromOption) error {
 	if a := np.Spec.Autoscaling; a != nil && to > int(a.MaxSize) {
 		return fmt.Errorf("resizing node pool %s to %d: above max size %d", np.Name, to, a.MaxSize)
 	}
-	from := nodepool.DesiredReplicas(np)
 	patch := client.MergeFromWithOptions(np.DeepCopy(), opts...)
 	np.Spec.Replicas = ptr.To(int32(to))
 	if err := c.Patch(ctx, np, patch); err != nil {
 		return fmt.Errorf("resizing node pool %s: %w", np.Name, err)
 	}
+	return nil
+}
+
+// recordScaleDecision writes a resize from → to into the pool's status.
+func recordScaleDecision(ctx context.Context, c client.Client, np *fkev1.NodePool, from, to int, reason string, now time.Time) error {
 	spatch := client.MergeFrom(np.DeepCopy())
 	np.Status.DesiredReplicas = int32(to)
 	np.Status.LastScaleDecision = &fkev1.ScaleDecision{Time: metav1.NewTime(now), From: int32(from), To: int32(to), Reason: reason}

@@ -211,3 +211,19 @@ func BenchmarkScaleUpFleetBurst(b *testing.B) {
 		ScaleUp(s, pools, Expander{}, t0)
 	}
 }
+
+// BenchmarkScaleDownFleetIdle is the scale-down half of an idle pass in the
+// fleet benchmark's shape: 1,000 nodes of a pool that is not autoscaled.
+func BenchmarkScaleDownFleetIdle(b *testing.B) {
+	s, pools := fleetCluster()
+	withUIDs(&s)
+	s.Pending = nil
+	pools[0].Upcoming = 0
+	s.Memo = NewMemo()
+	ScaleDown(s, pools, nil, t0)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		ScaleDown(s, pools, nil, t0)
+	}
+}

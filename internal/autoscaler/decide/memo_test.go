@@ -116,7 +116,7 @@ func TestMemoDropsGonePods(t *testing.T) {
 	for _, p := range pods {
 		p.ResourceVersion = "1"
 	}
-	s := Snapshot{Nodes: []NodeInfo{{Node: mkNode("n", 64, 256, 0), Ready: true, Pods: pods}}, Memo: memo}
+	s := Snapshot{Nodes: []NodeInfo{{Node: mkNode("n", 64, 256, 0), Pool: "cpu", Ready: true, Pods: pods}}, Memo: memo}
 	pools := []Pool{cpuPool("cpu", 1, 3)}
 	ScaleDown(s, pools, nil, t0)
 	if memo.Len() != 50 {

@@ -41,6 +41,9 @@ func ScaleDown(s Snapshot, pools []Pool, unneededSince map[string]time.Time, now
 	s.Memo.begin()
 	defer s.Memo.end()
 	w := newWorld(s.Namespaces, false, s.Memo)
+	// Only candidates are loaded up front; other nodes' pods are parsed when
+	// a moved pod passes their static filters.
+	w.lazy = true
 	deleting := map[string]int{}
 	var cands []*candidate
 	for i := range s.Nodes {
@@ -53,6 +56,9 @@ func ScaleDown(s Snapshot, pools []Pool, unneededSince map[string]time.Time, now
 			continue
 		}
 		n := w.addSnapshotNode(ni)
+		if poolByName[ni.Pool] != nil {
+			w.load(n)
+		}
 		c, kept := newCandidate(ni, n, poolByName[ni.Pool])
 		if kept != "" {
 			plan.Kept[n.name] = kept

@@ -297,7 +297,7 @@ func withPriority(p Pool, prio int) Pool { p.Priority = prio; return p }
 func TestScaleUpUpcomingIsAnnotated(t *testing.T) {
 	plan := ScaleUp(Snapshot{Pending: mkPods("p", 1, 1000, 1024, 8, tolerateGPU())},
 		[]Pool{withUpcoming(gpuPool("gpu", 8, 0, 4), 1)}, Expander{}, t0)
-	if len(plan.Schedulable) != 1 || !plan.Schedulable[0].Upcoming || plan.Schedulable[0].Node != "upcoming-gpu-0" {
+	if len(plan.Schedulable) != 1 || !plan.Schedulable[0].Upcoming || plan.Schedulable[0].Node != "upcoming-gpu-0" || plan.Schedulable[0].Pool != "gpu" {
 		t.Fatalf("schedulable = %+v", plan.Schedulable)
 	}
 }
