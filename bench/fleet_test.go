@@ -21,6 +21,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	fkev1 "fke.dev/fke/api/v1alpha1"
+	"fke.dev/fke/internal/autoscaler"
 	"fke.dev/fke/test/testenv"
 )
 
@@ -103,6 +104,11 @@ func BenchmarkFleet(b *testing.B) {
 	b.Logf("%d pods Running in %s", pods, podsRunning)
 
 	// 3. Burst of GPU pods for the autoscaled pool.
+	managerLog := filepath.Join(e.DataDir, "logs", "fke-manager.log")
+	var logOffset int64
+	if fi, err := os.Stat(managerLog); err == nil {
+		logOffset = fi.Size()
+	}
 	r := measureBurst(b, e, cs, burst)
 	lat := r.latencies
 	sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
@@ -115,6 +121,21 @@ func BenchmarkFleet(b *testing.B) {
 	b.Logf("burst of %d: %d seen unschedulable (first decision: %d scale-ups, %d nominated to machines coming up): decision p50 %s p99 %s max %s; "+
 		"all Running after %s; pool nodes %d",
 		burst, r.seen, r.seen-r.nominated, r.nominated, p50, p99, lat[len(lat)-1], r.allRunning, r.poolNodes)
+
+	// The autoscaler logs each pass slower than autoscaler.SlowPass with
+	// its phases; show the ones from the burst.
+	if data, err := os.ReadFile(managerLog); err == nil && int64(len(data)) >= logOffset {
+		slow := 0
+		for _, line := range strings.Split(string(data[logOffset:]), "\n") {
+			if strings.Contains(line, "slow autoscaler pass") {
+				slow++
+				if slow <= 20 {
+					b.Log(line)
+				}
+			}
+		}
+		b.Logf("%d autoscaler passes slower than %s during the burst", slow, autoscaler.SlowPass)
+	}
 
 	peak := mem.stop()
 	for name, mb := range peak {

@@ -46,6 +46,8 @@ const (
 	DefaultMaxProvisionTime = 15 * time.Minute
 	// Backoff of a pool whose scale-up failed, doubling up to MaxBackoff.
 	InitialBackoff = 30 * time.Second
+	// SlowPass: a pass longer than this is logged with the time of each phase.
+	SlowPass = 250 * time.Millisecond
 	MaxBackoff     = 10 * time.Minute
 )
 
@@ -212,6 +214,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if err := r.handleFailedMachines(ctx, cl, in, st, now); err != nil {
 		return ctrl.Result{}, err
 	}
+	gathered := r.Clock.Now()
 	pools, views := BuildPools(in.pools, in.types, in.machines, st.backoffUntil)
 	snap := BuildSnapshot(in.nodes, in.pods, in.machines, decide.Limits{MaxNodes: int(cl.Spec.Autoscaling.MaxNodes), MaxGPUs: int(cl.Spec.Autoscaling.MaxGPUs)})
 	snap.PDBs = in.pdbs
@@ -221,9 +224,11 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 
 	expander := decide.Expander{Name: decide.ExpanderName(cl.Spec.Autoscaling.Expander)}
 	plan := decide.ScaleUp(snap, pools, expander, now)
+	decided := r.Clock.Now()
 	if err := r.applyScaleUp(ctx, cl, in.tenant, plan, views, st, now); err != nil {
 		return ctrl.Result{}, err
 	}
+	applied := r.Clock.Now()
 
 	requeue := scan
 	upcoming := false
@@ -248,7 +253,13 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	} else if upcoming {
 		requeue = min(requeue, 2*time.Second)
 	}
-	loopDuration.WithLabelValues(key).Observe(r.Clock.Since(start).Seconds())
+	took := r.Clock.Since(start)
+	loopDuration.WithLabelValues(key).Observe(took.Seconds())
+	if took > SlowPass {
+		logr.FromContextOrDiscard(ctx).Info("slow autoscaler pass", "cluster", key, "took", took,
+			"gather", gathered.Sub(start), "decide", decided.Sub(gathered), "applyScaleUp", applied.Sub(decided),
+			"scaleDown", r.Clock.Since(applied), "pending", len(snap.Pending), "increases", len(plan.Increases))
+	}
 	return ctrl.Result{RequeueAfter: requeue}, nil
 }
 
