@@ -22,7 +22,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/clock"
@@ -129,7 +128,11 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		return a.Namespace+"/"+a.Name < b.Namespace+"/"+b.Name
 	})
 
-	st, err := r.gather(ctx, cl, t)
+	all := make([]*provreqv1.ProvisioningRequest, len(list.Items))
+	for i := range list.Items {
+		all[i] = &list.Items[i]
+	}
+	st, err := r.gather(ctx, cl, t, all)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
@@ -157,7 +160,8 @@ type state struct {
 	snapshot  decide.Snapshot
 }
 
-func (r *Reconciler) gather(ctx context.Context, cl *fkev1.Cluster, t *tenant.Tenant) (*state, error) {
+// gather reads the cluster's state; prs are all its ProvisioningRequests.
+func (r *Reconciler) gather(ctx context.Context, cl *fkev1.Cluster, t *tenant.Tenant, prs []*provreqv1.ProvisioningRequest) (*state, error) {
 	st := &state{nodePools: map[string]*fkev1.NodePool{}, replicas: map[string]int{}}
 	var npl fkev1.NodePoolList
 	if err := r.Client.List(ctx, &npl, client.InNamespace(cl.Namespace)); err != nil {
@@ -203,7 +207,7 @@ func (r *Reconciler) gather(ctx context.Context, cl *fkev1.Cluster, t *tenant.Te
 	st.snapshot = autoscaler.BuildSnapshot(nodes, pods, machines, decide.Limits{
 		MaxNodes: int(cl.Spec.Autoscaling.MaxNodes), MaxGPUs: int(cl.Spec.Autoscaling.MaxGPUs),
 	})
-	if st.snapshot.Booked, err = BookedPods(ctx, t, pods); err != nil {
+	if st.snapshot.Booked, err = bookedIn(ctx, t, prs, pods); err != nil {
 		return nil, err
 	}
 	return st, nil
@@ -218,9 +222,9 @@ func (r *Reconciler) podsFor(ctx context.Context, t *tenant.Tenant, pr *provreqv
 		if _, ok := templates[name]; ok {
 			continue
 		}
-		pt := &corev1.PodTemplate{}
-		if err := t.Client.Get(ctx, types.NamespacedName{Namespace: pr.Namespace, Name: name}, pt); err != nil {
-			return nil, fmt.Sprintf("reading PodTemplate %s/%s: %v", pr.Namespace, name, err)
+		pt, err := podTemplate(ctx, t, pr.Namespace, name)
+		if err != nil {
+			return nil, err.Error()
 		}
 		templates[name] = pt
 	}

@@ -116,16 +116,27 @@ func BookedPods(ctx context.Context, t *tenant.Tenant, pods []*corev1.Pod) ([]*c
 	for i := range list.Items {
 		prs[i] = &list.Items[i]
 	}
+	return bookedIn(ctx, t, prs, pods)
+}
+
+// bookedIn is Booked with the PodTemplates read from the tenant.
+func bookedIn(ctx context.Context, t *tenant.Tenant, prs []*provreqv1.ProvisioningRequest, pods []*corev1.Pod) ([]*corev1.Pod, error) {
 	var getErr error
 	booked := Booked(prs, func(ns, name string) *corev1.PodTemplate {
-		pt := &corev1.PodTemplate{}
-		if err := t.Client.Get(ctx, types.NamespacedName{Namespace: ns, Name: name}, pt); err != nil {
-			if !apierrors.IsNotFound(err) && getErr == nil {
-				getErr = fmt.Errorf("reading PodTemplate %s/%s: %w", ns, name, err)
-			}
-			return nil
+		pt, err := podTemplate(ctx, t, ns, name)
+		if err != nil && !apierrors.IsNotFound(err) && getErr == nil {
+			getErr = err
 		}
 		return pt
 	}, pods)
 	return booked, getErr
+}
+
+// podTemplate reads a PodTemplate from the tenant's cache.
+func podTemplate(ctx context.Context, t *tenant.Tenant, ns, name string) (*corev1.PodTemplate, error) {
+	pt := &corev1.PodTemplate{}
+	if err := t.Client.Get(ctx, types.NamespacedName{Namespace: ns, Name: name}, pt); err != nil {
+		return nil, fmt.Errorf("reading PodTemplate %s/%s: %w", ns, name, err)
+	}
+	return pt, nil
 }
