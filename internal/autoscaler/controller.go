@@ -47,8 +47,8 @@ const (
 	// Backoff of a pool whose scale-up failed, doubling up to MaxBackoff.
 	InitialBackoff = 30 * time.Second
 	// SlowPass: a pass longer than this is logged with the time of each phase.
-	SlowPass = 250 * time.Millisecond
-	MaxBackoff     = 10 * time.Minute
+	SlowPass   = 250 * time.Millisecond
+	MaxBackoff = 10 * time.Minute
 )
 
 // Reconciler runs the autoscaler for each Cluster that has autoscaled pools.
