@@ -46,9 +46,9 @@ const (
 	DefaultMaxProvisionTime = 15 * time.Minute
 	// Backoff of a pool whose scale-up failed, doubling up to MaxBackoff.
 	InitialBackoff = 30 * time.Second
+	MaxBackoff     = 10 * time.Minute
 	// SlowPass: a pass longer than this is logged with the time of each phase.
-	SlowPass   = 250 * time.Millisecond
-	MaxBackoff = 10 * time.Minute
+	SlowPass = 250 * time.Millisecond
 )
 
 // Reconciler runs the autoscaler for each Cluster that has autoscaled pools.
