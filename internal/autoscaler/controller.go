@@ -236,7 +236,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		upcoming = upcoming || p.Upcoming > 0
 	}
 	if len(plan.Increases) == 0 && !upcoming {
-		sd := decide.ScaleDown(snap, pools, st.unneededSince, now)
+		sd := decide.ScaleDown(WithPlacements(snap, plan.Schedulable), pools, st.unneededSince, now)
 		st.unneededSince = sd.UnneededSince
 		unneededNodes.WithLabelValues(key).Set(float64(len(sd.UnneededSince)))
 		if err := r.applyScaleDown(ctx, cl, sd, views, now); err != nil {

@@ -219,3 +219,22 @@ func threshold(s string) float64 {
 	}
 	return v
 }
+
+// WithPlacements returns s with each pending pod that fits a registered
+// node now counted on that node, as Cluster Autoscaler does before it looks
+// for unneeded nodes: a node that kube-scheduler is about to fill is not
+// idle. s itself is not modified.
+func WithPlacements(s decide.Snapshot, placements []decide.PodPlacement) decide.Snapshot {
+	index := make(map[string]int, len(s.Nodes))
+	for i := range s.Nodes {
+		index[s.Nodes[i].Node.Name] = i
+	}
+	nodes := append([]decide.NodeInfo(nil), s.Nodes...)
+	for _, pl := range placements {
+		if i, ok := index[pl.Node]; ok && !pl.Upcoming {
+			nodes[i].Pods = append(nodes[i].Pods[:len(nodes[i].Pods):len(nodes[i].Pods)], pl.Pod)
+		}
+	}
+	s.Nodes = nodes
+	return s
+}

@@ -165,3 +165,16 @@ func TestClusterStatePrune(t *testing.T) {
 		t.Fatalf("pruned below the threshold: %d", len(st.podReasons))
 	}
 }
+
+func TestWithPlacements(t *testing.T) {
+	m, n := machine("m-1", true, true)
+	pending := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "p", UID: "p"}}
+	s := BuildSnapshot([]*corev1.Node{n}, nil, []*fkev1.Machine{m}, decide.Limits{})
+	got := WithPlacements(s, []decide.PodPlacement{{Pod: pending, Node: n.Name}, {Pod: pending, Node: "upcoming-gpu-0", Upcoming: true}})
+	if len(got.Nodes[0].Pods) != 1 || got.Nodes[0].Pods[0] != pending {
+		t.Fatalf("pods on %s: %v, want the pending pod", n.Name, got.Nodes[0].Pods)
+	}
+	if len(s.Nodes[0].Pods) != 0 {
+		t.Fatal("the original snapshot was modified")
+	}
+}
