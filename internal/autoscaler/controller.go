@@ -23,10 +23,12 @@ import (
 	"k8s.io/utils/clock"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
@@ -68,6 +70,18 @@ type Reconciler struct {
 	states map[string]*clusterState
 	// podEvents carries pod events to a background sender, off the decision path.
 	podEvents chan podEventReq
+	// decisions carries scale decisions to a background writer of pool
+	// status, in the order they were made.
+	decisions chan decisionRecord
+}
+
+// decisionRecord is a resize of a pool to record in its status; np is the
+// record's own copy.
+type decisionRecord struct {
+	np       *fkev1.NodePool
+	from, to int
+	reason   string
+	now      time.Time
 }
 
 type podEventReq struct {
@@ -97,17 +111,22 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	}
 	r.states = map[string]*clusterState{}
 	r.podEvents = make(chan podEventReq, 10000)
+	r.decisions = make(chan decisionRecord, 1024)
 	if err := mgr.Add(manager.RunnableFunc(r.sendPodEvents)); err != nil {
+		return err
+	}
+	if err := mgr.Add(manager.RunnableFunc(r.writeDecisions)); err != nil {
 		return err
 	}
 	toCluster := EnqueueCluster()
 	return ctrl.NewControllerManagedBy(mgr).
 		For(&fkev1.Cluster{}).
 		Named("autoscaler").
-		// Machines are not watched: their many status changes while nodes
-		// come up would keep the loop busy and delay the pass a new
-		// unschedulable pod needs. Upcoming machines are rechecked every 2 s.
-		Watches(&fkev1.NodePool{}, toCluster).
+		// Machines are not watched, nor the pools' status: their many
+		// changes while nodes come up would keep the loop busy and delay
+		// the pass a new unschedulable pod needs. A pass reads only the
+		// pools' spec; upcoming machines are rechecked every 2 s.
+		Watches(&fkev1.NodePool{}, toCluster, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		WatchesRawSource(source.Channel(r.Events, &handler.EnqueueRequestForObject{})).
 		Complete(r)
 }
@@ -379,12 +398,40 @@ func (r *Reconciler) applyScaleUp(ctx context.Context, cl *fkev1.Cluster, t *ten
 		r.podEvent(ctx, t, st, pr.Pod, corev1.EventTypeNormal, "NotTriggerScaleUp", pr.Reason)
 	}
 	for _, rec := range records {
-		if err := recordScaleDecision(ctx, r.Client, rec.v.pool, rec.from, rec.to, rec.reason, now); err != nil {
-			return err
-		}
 		r.Recorder.Eventf(rec.v.pool, nil, corev1.EventTypeNormal, "TriggeredScaleUp", "ScaleUp", "%s (%d → %d)", rec.reason, rec.from, rec.to)
+		r.recordDecision(ctx, decisionRecord{np: rec.v.pool, from: rec.from, to: rec.to, reason: rec.reason, now: now})
 	}
 	return nil
+}
+
+// recordDecision queues a decision for the pool's status, off the pass; a
+// full queue writes it at once. The pool is copied: the pass may go on
+// using it.
+func (r *Reconciler) recordDecision(ctx context.Context, rec decisionRecord) {
+	rec.np = rec.np.DeepCopy()
+	select {
+	case r.decisions <- rec:
+	default:
+		r.writeDecision(ctx, rec)
+	}
+}
+
+// writeDecisions writes queued decisions into the pools' status until ctx ends.
+func (r *Reconciler) writeDecisions(ctx context.Context) error {
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case rec := <-r.decisions:
+			r.writeDecision(ctx, rec)
+		}
+	}
+}
+
+func (r *Reconciler) writeDecision(ctx context.Context, rec decisionRecord) {
+	if err := recordScaleDecision(ctx, r.Client, rec.np, rec.from, rec.to, rec.reason, rec.now); err != nil && !apierrors.IsNotFound(err) {
+		logr.FromContextOrDiscard(ctx).Error(err, "scale decision not recorded", "pool", rec.np.Name)
+	}
 }
 
 // measure records, once per pod, the time from the pod turning
@@ -434,7 +481,7 @@ func (r *Reconciler) applyScaleDown(ctx context.Context, cl *fkev1.Cluster, sd d
 		}
 		to := max(v.desired-marked, int(v.pool.Spec.Autoscaling.MinSize))
 		reason := fmt.Sprintf("nodes %s unneeded", strings.Join(nodes, ", "))
-		if err := ResizePool(ctx, r.Client, v.pool, to, reason, now); err != nil {
+		if err := r.resize(ctx, v.pool, to, reason, now); err != nil {
 			return err
 		}
 		scaleDowns.WithLabelValues(key, name).Add(float64(v.desired - to))
@@ -468,6 +515,17 @@ func ResizePool(ctx context.Context, c client.Client, np *fkev1.NodePool, to int
 		return err
 	}
 	return recordScaleDecision(ctx, c, np, from, to, reason, now)
+}
+
+// resize is ResizePool with the status written off the pass, in the order
+// of the autoscaler's decisions.
+func (r *Reconciler) resize(ctx context.Context, np *fkev1.NodePool, to int, reason string, now time.Time) error {
+	from := nodepool.DesiredReplicas(np)
+	if err := setReplicas(ctx, r.Client, np, to); err != nil {
+		return err
+	}
+	r.recordDecision(ctx, decisionRecord{np: np, from: from, to: to, reason: reason, now: now})
+	return nil
 }
 
 // setReplicas patches the pool's spec.replicas to to (never above maxSize).
@@ -536,7 +594,7 @@ func (r *Reconciler) handleFailedMachines(ctx context.Context, cl *fkev1.Cluster
 		}
 		in.machines[i] = marked // the rest of the pass sees it as being removed
 		cur := int(ptr.Deref(np.Spec.Replicas, 0))
-		if err := ResizePool(ctx, r.Client, np, max(cur-1, int(np.Spec.Autoscaling.MinSize)), why, now); err != nil {
+		if err := r.resize(ctx, np, max(cur-1, int(np.Spec.Autoscaling.MinSize)), why, now); err != nil {
 			return err
 		}
 	}

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"path/filepath"
 	"time"
 
@@ -60,6 +61,10 @@ func Scheme() (*runtime.Scheme, error) {
 	return s, nil
 }
 
+// EnvPprofAddr, when set, is the address fke-manager serves net/http/pprof
+// on (for example 127.0.0.1:6060); `fke up` passes its environment on.
+const EnvPprofAddr = "FKE_PPROF_ADDR"
+
 // Run runs the manager until ctx ends, then stops every control plane it started.
 func Run(ctx context.Context, opts Options) error {
 	log := opts.Logger
@@ -85,6 +90,8 @@ func Run(ctx context.Context, opts Options) error {
 		HealthProbeBindAddress:  opts.HealthAddr,
 		Metrics:                 metricsserver.Options{BindAddress: metricsAddr},
 		GracefulShutdownTimeout: ptr(30 * time.Second),
+		// Profiling is off unless asked for (see the README, Development).
+		PprofBindAddress: os.Getenv(EnvPprofAddr),
 	})
 	if err != nil {
 		return fmt.Errorf("creating manager: %w", err)

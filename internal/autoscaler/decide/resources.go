@@ -85,6 +85,24 @@ func (r resources) clone() resources {
 	return c
 }
 
+// equal reports whether r and o request the same (absent scalars are 0).
+func (r resources) equal(o resources) bool {
+	if r.milliCPU != o.milliCPU || r.memory != o.memory || r.ephemeral != o.ephemeral || r.pods != o.pods {
+		return false
+	}
+	for k, v := range r.scalar {
+		if o.scalar[k] != v {
+			return false
+		}
+	}
+	for k, v := range o.scalar {
+		if r.scalar[k] != v {
+			return false
+		}
+	}
+	return true
+}
+
 // add adds o to r; sign -1 subtracts.
 func (r *resources) add(o resources, sign int64) {
 	r.milliCPU += sign * o.milliCPU

@@ -81,6 +81,9 @@ func ScaleUp(s Snapshot, pools []Pool, e Expander, now time.Time) ScaleUpPlan {
 	su.expander = e
 
 	var remaining []*podInfo
+	// Pods only gain nodes from here to grow: equivalent pods may skip the
+	// nodes that already turned one of them down (see fitCursor).
+	w.cursors = map[string]*fitCursor{}
 	for _, pi := range preparePending(s.Pending, &plan) {
 		if pi.invalid != "" {
 			plan.Warnings = append(plan.Warnings, fmt.Sprintf("pod %s: %s", pi.key(), pi.invalid))
@@ -94,6 +97,7 @@ func ScaleUp(s Snapshot, pools []Pool, e Expander, now time.Time) ScaleUpPlan {
 		}
 		remaining = append(remaining, pi)
 	}
+	w.cursors = nil
 	su.grow(remaining, &plan)
 	return plan
 }
@@ -138,20 +142,69 @@ func (w *world) findNode(pi *podInfo) *simNode {
 		return nil
 	}
 	var tc *topoCounts
-	for _, n := range w.staticCandidates(pi) {
+	list := w.staticCandidates(pi)
+	c := w.cursor(pi)
+	start := 0
+	if c != nil {
+		start = c.next
+	}
+	for j := start; j < len(list); j++ {
+		n := list[j]
 		if n.gone || !n.target {
 			continue
 		}
 		if w.fitsQuick(pi, n, &tc) {
+			if c != nil {
+				c.next = j
+			}
 			return n
 		}
+	}
+	if c != nil {
+		c.next = len(list)
 	}
 	return nil
 }
 
+// fitCursor is where the next pod of an equivalence group starts its
+// first-fit scan. While nodes only gain pods, a node that turned down one
+// pod turns down an identical pod too: resources, host ports and
+// anti-affinity only get tighter. Pods with topology spread or required pod
+// affinity get no cursor, as pods placed elsewhere can open a node for them.
+type fitCursor struct {
+	req  resources
+	next int
+}
+
+// cursor returns pi's group cursor, or nil when cursors are off (w.cursors
+// is nil) or do not apply to pi.
+func (w *world) cursor(pi *podInfo) *fitCursor {
+	return cursorIn(w.cursors, pi)
+}
+
+// cursorIn returns pi's group cursor in cursors, made on first use; nil
+// when cursors is nil or cursors do not apply to pi.
+func cursorIn(cursors map[string]*fitCursor, pi *podInfo) *fitCursor {
+	if cursors == nil || len(pi.spread) > 0 || len(pi.affinity) > 0 {
+		return nil
+	}
+	key := equivalenceKey(pi.pod)
+	if key == "" {
+		return nil
+	}
+	c := cursors[key]
+	if c == nil || !c.req.equal(pi.req) {
+		// Requests can differ within a group (set per pod by an admission
+		// webhook): a pod of other requests starts over.
+		c = &fitCursor{req: pi.req}
+		cursors[key] = c
+	}
+	return c
+}
+
 // clusterUsage counts the nodes and physical GPUs the cluster has or will
 // have: every pool's Current+Upcoming (from its template), plus registered
-// nodes of no listed pool.
+// nodes of no listed pool. Without a GPU limit, gpus counts only the pools.
 func clusterUsage(s *Snapshot, pools []Pool, tmpls []*poolTemplate) (nodes int, gpus int64) {
 	known := make(map[string]bool, len(pools))
 	for i := range pools {
@@ -172,7 +225,9 @@ func clusterUsage(s *Snapshot, pools []Pool, tmpls []*poolTemplate) (nodes int, 
 			continue
 		}
 		nodes++
-		gpus += nodeGPUs(ni.Node, resourcesFromList(ni.Node.Status.Allocatable))
+		if s.Limits.MaxGPUs > 0 { // parsing every node's allocatable is only worth it under a limit
+			gpus += nodeGPUs(ni.Node, resourcesFromList(ni.Node.Status.Allocatable))
+		}
 	}
 	return nodes, gpus
 }
@@ -395,19 +450,31 @@ func (su *scaleUp) simulate(i int, pods []*podInfo, limit int, limitReason strin
 	m := w.mark()
 	opt := &option{pool: i}
 	failed := map[*podInfo][]string{}
+	cursors := map[string]*fitCursor{} // the new nodes only gain pods
 	for _, pi := range sorted {
 		var tc *topoCounts
 		placed := false
-		for _, n := range opt.nodes {
-			if w.fitsQuick(pi, n, &tc) {
+		c := cursorIn(cursors, pi)
+		start := 0
+		if c != nil {
+			start = c.next
+		}
+		for j := start; j < len(opt.nodes); j++ {
+			if n := opt.nodes[j]; w.fitsQuick(pi, n, &tc) {
 				w.place(pi, n)
 				placed = true
+				if c != nil {
+					c.next = j
+				}
 				break
 			}
 		}
 		if placed {
 			opt.pods = append(opt.pods, pi)
 			continue
+		}
+		if c != nil {
+			c.next = len(opt.nodes) // every node so far turned it down
 		}
 		if len(opt.nodes) >= limit {
 			failed[pi] = []string{limitReason}

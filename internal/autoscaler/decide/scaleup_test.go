@@ -46,6 +46,35 @@ func TestScaleUpPacking(t *testing.T) {
 			want:    "gpu+2",
 		},
 		{
+			// One ReplicaSet whose pods have other requests (set per pod by
+			// an admission webhook): a smaller pod still gets the room that
+			// nodes turned down for a bigger one.
+			name: "pods of one group with other requests: new nodes",
+			pending: append(append(mkPods("a", 1, 6000, 1024, 0), mkPods("b", 2, 4000, 1024, 0)...),
+				mkPods("c", 1, 2000, 1024, 0)...),
+			pools: []Pool{cpuPool("cpu", 0, 10)},
+			want:  "cpu+2", // 6+2, 4+4
+		},
+		{
+			name:    "pods of one group with other requests: existing nodes",
+			pending: append(mkPods("big", 1, 2000, 1024, 0), mkPods("small", 1, 1000, 1024, 0)...),
+			pools:   []Pool{cpuPool("cpu", 2, 10)},
+			nodes:   []NodeInfo{ready(mkNode("a", 1, 32, 0), "cpu"), ready(mkNode("b", 2, 32, 0), "cpu")},
+			fit:     []string{"big-0", "small-0"},
+		},
+		{
+			// A node that turned a pod down for its spread can take the next
+			// one once the first raised the minimum.
+			name:    "spread: node turned down for skew fits the next pod",
+			pending: mkPods("s", 2, 1000, 1024, 0, spread(corev1.LabelHostname, 1, "app", "web")),
+			pools:   []Pool{cpuPool("cpu", 2, 10)},
+			nodes: []NodeInfo{
+				ready(mkNode("a", 4, 32, 0), "cpu", mkPod("running", 1000, 1024, 0)),
+				ready(mkNode("b", 1, 32, 0), "cpu"),
+			},
+			fit: []string{"s-0", "s-1"},
+		},
+		{
 			name:    "fits existing free capacity: no scale-up",
 			pending: mkPods("p", 2, 1000, 1024, 2, tolerateGPU()),
 			pools:   []Pool{gpuPool("gpu", 8, 1, 4)},

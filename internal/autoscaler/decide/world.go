@@ -72,6 +72,9 @@ type world struct {
 	byRes   map[corev1.ResourceName][]*simNode
 	// static caches staticCandidates by equivalence key.
 	static map[string][]*simNode
+	// cursors, when not nil, are findNode's per-group cursors (only while
+	// nodes only gain pods).
+	cursors map[string]*fitCursor
 }
 
 // newWorld makes an empty world; memo may be nil.
