@@ -63,8 +63,8 @@ type Reconciler struct {
 	Events chan event.GenericEvent
 	// Booked, when set, returns the tenant's pods whose capacity is booked
 	// (ProvisioningRequests that are provisioned); they hold their room in
-	// every decision. pods are the tenant's pods.
-	Booked func(ctx context.Context, t *tenant.Tenant, pods []*corev1.Pod) ([]*corev1.Pod, error)
+	// every decision.
+	Booked func(ctx context.Context, t *tenant.Tenant) ([]*corev1.Pod, error)
 
 	mu     sync.Mutex
 	states map[string]*clusterState
@@ -178,22 +178,19 @@ func (r *Reconciler) state(key string) *clusterState {
 }
 
 // prune forgets the per-pod records of pods that no longer exist, once they
-// outnumber the live pods, so a long-lived cluster's churn does not pile up.
-func (st *clusterState) prune(pods []*corev1.Pod) {
-	if len(st.podReasons)+len(st.measured) <= 2*len(pods)+1000 {
+// outnumber the live pods (n of them), so a long-lived cluster's churn does
+// not pile up.
+func (st *clusterState) prune(n int, live func(types.UID) bool) {
+	if len(st.podReasons)+len(st.measured) <= 2*n+1000 {
 		return
 	}
-	live := make(map[types.UID]bool, len(pods))
-	for _, p := range pods {
-		live[p.UID] = true
-	}
 	for uid := range st.podReasons {
-		if !live[uid] {
+		if !live(uid) {
 			delete(st.podReasons, uid)
 		}
 	}
 	for uid := range st.measured {
-		if !live[uid] {
+		if !live(uid) {
 			delete(st.measured, uid)
 		}
 	}
@@ -227,7 +224,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		return ctrl.Result{}, nil
 	}
 	st := r.state(key)
-	st.prune(in.pods)
+	st.prune(in.tenant.PodIndex.Len(), in.tenant.PodIndex.Has)
 	now := r.Clock.Now()
 
 	if err := r.handleFailedMachines(ctx, cl, in, st, now); err != nil {
@@ -289,7 +286,7 @@ type input struct {
 	types    map[string]*fkev1.InstanceType
 	machines []*fkev1.Machine
 	nodes    []*corev1.Node
-	pods     []*corev1.Pod
+	pods     PodGroups
 	pdbs     []policyv1.PodDisruptionBudget
 	booked   []*corev1.Pod
 }
@@ -330,15 +327,14 @@ func (r *Reconciler) gather(ctx context.Context, cl *fkev1.Cluster) (*input, err
 	}
 	in.tenant = t
 	// The decision code only reads: take the cache's objects without copies
-	// (30,000 pods would otherwise be copied on every pass).
+	// (30,000 pods would otherwise be copied on every pass), grouped by node
+	// as the pod index keeps them.
 	if in.nodes, err = t.Nodes(ctx); err != nil {
 		return nil, fmt.Errorf("listing nodes: %w", err)
 	}
-	if in.pods, err = t.Pods(ctx); err != nil {
-		return nil, fmt.Errorf("listing pods: %w", err)
-	}
+	in.pods.ByNode, in.pods.Unbound = t.PodIndex.Grouped()
 	if r.Booked != nil {
-		if in.booked, err = r.Booked(ctx, t, in.pods); err != nil {
+		if in.booked, err = r.Booked(ctx, t); err != nil {
 			return nil, err
 		}
 	}

@@ -77,56 +77,48 @@ func BuildPools(pools []*fkev1.NodePool, types map[string]*fkev1.InstanceType, m
 	return out, views
 }
 
-// BuildSnapshot groups pods by node and finds the unschedulable ones (pure).
-// A node counts as Ready only when its Machine is Ready (GPUs allocatable).
-func BuildSnapshot(nodes []*corev1.Node, pods []*corev1.Pod, machines []*fkev1.Machine, limits decide.Limits) decide.Snapshot {
-	machineByNode := map[string]*fkev1.Machine{}
+// PodGroups are a cluster's pods grouped by node name (tenant.PodIndex
+// keeps them so between passes); Unbound are the pods not bound to a node.
+type PodGroups struct {
+	ByNode  map[string][]*corev1.Pod
+	Unbound []*corev1.Pod
+}
+
+// GroupPods groups a flat list of pods (pure).
+func GroupPods(pods []*corev1.Pod) PodGroups {
+	g := PodGroups{ByNode: map[string][]*corev1.Pod{}}
+	for _, p := range pods {
+		if p.Spec.NodeName == "" {
+			g.Unbound = append(g.Unbound, p)
+		} else {
+			g.ByNode[p.Spec.NodeName] = append(g.ByNode[p.Spec.NodeName], p)
+		}
+	}
+	return g
+}
+
+// BuildSnapshot puts each node's pods with it and finds the unschedulable
+// pods (pure). A node counts as Ready only when its Machine is Ready (GPUs
+// allocatable). Pods bound to nodes not in nodes are left out. The pod
+// slices are shared with pods, not copied.
+func BuildSnapshot(nodes []*corev1.Node, pods PodGroups, machines []*fkev1.Machine, limits decide.Limits) decide.Snapshot {
+	machineByNode := make(map[string]*fkev1.Machine, len(machines))
 	for _, m := range machines {
 		if m.Status.NodeName != "" {
 			machineByNode[m.Status.NodeName] = m
 		}
 	}
-	// Group the bound pods by node with one allocation: count, then slice
-	// a flat array (this runs on every pass over tens of thousands of pods).
-	nodeIndex := make(map[string]int32, len(nodes))
-	for i, n := range nodes {
-		nodeIndex[n.Name] = int32(i)
-	}
-	at := make([]int32, len(pods))
-	counts := make([]int, len(nodes))
-	bound := 0
-	var pending []*corev1.Pod
-	for k, p := range pods {
-		at[k] = -1
-		switch {
-		case p.Spec.NodeName != "":
-			if i, ok := nodeIndex[p.Spec.NodeName]; ok {
-				at[k] = i
-				counts[i]++
-				bound++
-			}
-		case Unschedulable(p):
-			pending = append(pending, p)
+	s := decide.Snapshot{Limits: limits, Nodes: make([]decide.NodeInfo, 0, len(nodes))}
+	for _, p := range pods.Unbound {
+		if Unschedulable(p) {
+			s.Pending = append(s.Pending, p)
 		}
 	}
-	flat := make([]*corev1.Pod, bound)
-	next := make([]int, len(nodes))
-	off := 0
-	for i, c := range counts {
-		next[i] = off
-		off += c
-	}
-	for k, i := range at {
-		if i >= 0 {
-			flat[next[i]] = pods[k]
-			next[i]++
-		}
-	}
-	s := decide.Snapshot{Pending: pending, Limits: limits, Nodes: make([]decide.NodeInfo, 0, len(nodes))}
-	off = 0
-	for i, n := range nodes {
-		ni := decide.NodeInfo{Node: n, Pool: n.Labels[fkev1.LabelNodePool], Pods: flat[off : off+counts[i] : off+counts[i]]}
-		off += counts[i]
+	for _, n := range nodes {
+		on := pods.ByNode[n.Name]
+		// Capped: the decision code may append to a node's pods without
+		// writing into the shared array.
+		ni := decide.NodeInfo{Node: n, Pool: n.Labels[fkev1.LabelNodePool], Pods: on[:len(on):len(on)]}
 		if m, ok := machineByNode[n.Name]; ok {
 			ni.Ready = meta.IsStatusConditionTrue(m.Status.Conditions, fkev1.ConditionReady) && m.DeletionTimestamp.IsZero()
 			if ni.Ready {

@@ -48,6 +48,8 @@ type Tenant struct {
 	Cache cache.Cache
 	// Clientset is a typed client (eviction, discovery).
 	Clientset kubernetes.Interface
+	// PodIndex groups the cached pods by node.
+	PodIndex *PodIndex
 
 	cancel context.CancelFunc
 	done   chan struct{}
@@ -122,7 +124,7 @@ func (r *Registry) Get(ctx context.Context, key string) (*Tenant, error) {
 		return nil, err
 	}
 	runCtx, cancel := context.WithCancel(context.Background())
-	t := &Tenant{Key: key, Config: cfg, Client: cl.GetClient(), Cache: cl.GetCache(), Clientset: cs, cancel: cancel, done: make(chan struct{})}
+	t := &Tenant{Key: key, Config: cfg, Client: cl.GetClient(), Cache: cl.GetCache(), Clientset: cs, PodIndex: NewPodIndex(), cancel: cancel, done: make(chan struct{})}
 	go func() {
 		defer close(t.done)
 		if err := cl.Start(runCtx); err != nil {
@@ -138,6 +140,15 @@ func (r *Registry) Get(ctx context.Context, key string) (*Tenant, error) {
 		cancel()
 		return nil, fmt.Errorf("watching nodes of %s: %w", key, err)
 	}
+	var indexed toolscache.ResourceEventHandlerRegistration
+	podInformer, err := t.Cache.GetInformer(ctx, &corev1.Pod{})
+	if err == nil {
+		indexed, err = podInformer.AddEventHandler(t.PodIndex.Handler())
+	}
+	if err != nil {
+		cancel()
+		return nil, fmt.Errorf("indexing pods of %s: %w", key, err)
+	}
 	if len(r.onPod) > 0 {
 		podHandlers := append([]PodHandler(nil), r.onPod...)
 		if err := watch(ctx, t.Cache, &corev1.Pod{}, func(p *corev1.Pod) {
@@ -151,7 +162,9 @@ func (r *Registry) Get(ctx context.Context, key string) (*Tenant, error) {
 	}
 	syncCtx, syncCancel := context.WithTimeout(ctx, 30*time.Second)
 	defer syncCancel()
-	if !t.Cache.WaitForCacheSync(syncCtx) {
+	// The index has seen every pod once the cache has synced and its
+	// handler has been given the initial list.
+	if !t.Cache.WaitForCacheSync(syncCtx) || !toolscache.WaitForCacheSync(syncCtx.Done(), indexed.HasSynced) {
 		cancel()
 		return nil, fmt.Errorf("tenant %s: cache did not sync", key)
 	}

@@ -204,7 +204,7 @@ func (r *Reconciler) gather(ctx context.Context, cl *fkev1.Cluster, t *tenant.Te
 	for _, p := range st.pools {
 		st.replicas[p.Name] = nodepool.DesiredReplicas(st.nodePools[p.Name])
 	}
-	st.snapshot = autoscaler.BuildSnapshot(nodes, pods, machines, decide.Limits{
+	st.snapshot = autoscaler.BuildSnapshot(nodes, autoscaler.GroupPods(pods), machines, decide.Limits{
 		MaxNodes: int(cl.Spec.Autoscaling.MaxNodes), MaxGPUs: int(cl.Spec.Autoscaling.MaxGPUs),
 	})
 	if st.snapshot.Booked, err = bookedIn(ctx, t, prs, pods); err != nil {

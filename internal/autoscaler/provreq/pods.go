@@ -68,7 +68,7 @@ func copyMap(m map[string]string) map[string]string {
 func Booked(prs []*provreqv1.ProvisioningRequest, template func(namespace, name string) *corev1.PodTemplate, pods []*corev1.Pod) []*corev1.Pod {
 	var provisioned []*provreqv1.ProvisioningRequest
 	for _, pr := range prs {
-		if pr.DeletionTimestamp.IsZero() && !Final(pr) && meta.IsStatusConditionTrue(pr.Status.Conditions, provreqv1.Provisioned) {
+		if booking(pr) {
 			provisioned = append(provisioned, pr)
 		}
 	}
@@ -101,10 +101,16 @@ func Booked(prs []*provreqv1.ProvisioningRequest, template func(namespace, name 
 	return out
 }
 
+// booking reports whether pr's capacity is booked: provisioned, not final
+// (its booking has not expired) and not being deleted.
+func booking(pr *provreqv1.ProvisioningRequest) bool {
+	return pr.DeletionTimestamp.IsZero() && !Final(pr) && meta.IsStatusConditionTrue(pr.Status.Conditions, provreqv1.Provisioned)
+}
+
 // BookedPods lists a tenant's ProvisioningRequests and returns the pods
-// whose capacity is booked (see Booked); none while the API is not
-// installed. pods are the tenant's pods.
-func BookedPods(ctx context.Context, t *tenant.Tenant, pods []*corev1.Pod) ([]*corev1.Pod, error) {
+// whose capacity is booked (see Booked); none when the CRD is not
+// installed. The tenant's pods are only read when some capacity is booked.
+func BookedPods(ctx context.Context, t *tenant.Tenant) ([]*corev1.Pod, error) {
 	var list provreqv1.ProvisioningRequestList
 	if err := t.Client.List(ctx, &list, client.UnsafeDisableDeepCopy); err != nil {
 		if meta.IsNoMatchError(err) {
@@ -112,9 +118,18 @@ func BookedPods(ctx context.Context, t *tenant.Tenant, pods []*corev1.Pod) ([]*c
 		}
 		return nil, fmt.Errorf("listing provisioning requests: %w", err)
 	}
-	prs := make([]*provreqv1.ProvisioningRequest, len(list.Items))
+	var prs []*provreqv1.ProvisioningRequest
 	for i := range list.Items {
-		prs[i] = &list.Items[i]
+		if booking(&list.Items[i]) {
+			prs = append(prs, &list.Items[i])
+		}
+	}
+	if len(prs) == 0 {
+		return nil, nil
+	}
+	pods, err := t.Pods(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("listing pods: %w", err)
 	}
 	return bookedIn(ctx, t, prs, pods)
 }

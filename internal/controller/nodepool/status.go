@@ -7,7 +7,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	fkev1 "fke.dev/fke/api/v1alpha1"
 	"fke.dev/fke/internal/controller/machine"
@@ -22,32 +21,31 @@ type usage struct {
 	utilization float64
 }
 
-// nodeUsage reads, from the tenant cache, the pods on each machine's node.
+// nodeUsage reads, from the tenant cache and its pod index, the pods on
+// each machine's node (without copies: they are only read).
 func nodeUsage(ctx context.Context, t *tenant.Tenant, machines []*fkev1.Machine) (map[string]usage, error) {
+	nodes, err := t.Nodes(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("listing nodes: %w", err)
+	}
+	byName := make(map[string]*corev1.Node, len(nodes))
+	for _, n := range nodes {
+		byName[n.Name] = n
+	}
 	out := make(map[string]usage, len(machines))
 	for _, m := range machines {
-		if m.Status.NodeName == "" {
-			continue
+		if node := byName[m.Status.NodeName]; node != nil {
+			out[node.Name] = Usage(node, t.PodIndex.OnNode(node.Name))
 		}
-		node := &corev1.Node{}
-		if err := t.Client.Get(ctx, client.ObjectKey{Name: m.Status.NodeName}, node); err != nil {
-			continue
-		}
-		var pods corev1.PodList
-		if err := t.Client.List(ctx, &pods, client.MatchingFields{tenant.PodNodeNameField: node.Name}, client.UnsafeDisableDeepCopy); err != nil {
-			return nil, fmt.Errorf("listing pods on %s: %w", node.Name, err)
-		}
-		out[node.Name] = Usage(node, pods.Items)
 	}
 	return out, nil
 }
 
 // Usage computes a node's usage from its pods (pure).
-func Usage(node *corev1.Node, pods []corev1.Pod) usage {
+func Usage(node *corev1.Node, pods []*corev1.Pod) usage {
 	var u usage
 	var cpu, mem int64
-	for i := range pods {
-		p := &pods[i]
+	for _, p := range pods {
 		if p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
 			continue
 		}
