@@ -21,10 +21,13 @@ type PodIndex struct {
 	mu    sync.Mutex
 	nodes map[string]*podSet // by spec.nodeName; "" holds the pods not bound
 	where map[types.UID]string
+	// changes counts changes; a set's version is the count at its last one.
+	changes uint64
 }
 
 type podSet struct {
-	pods map[types.UID]*corev1.Pod
+	version uint64
+	pods    map[types.UID]*corev1.Pod
 	// list is pods sorted by namespace and name; nil when it must be rebuilt.
 	list []*corev1.Pod
 }
@@ -69,7 +72,7 @@ func (x *PodIndex) Set(p *corev1.Pod) {
 		x.nodes[p.Spec.NodeName] = s
 	}
 	s.pods[p.UID] = p
-	s.list = nil
+	x.changed(s)
 	x.where[p.UID] = p.Spec.NodeName
 }
 
@@ -89,10 +92,16 @@ func (x *PodIndex) drop(node string, uid types.UID) {
 		return
 	}
 	delete(s.pods, uid)
-	s.list = nil
+	x.changed(s)
 	if len(s.pods) == 0 {
 		delete(x.nodes, node)
 	}
+}
+
+func (x *PodIndex) changed(s *podSet) {
+	x.changes++
+	s.version = x.changes
+	s.list = nil
 }
 
 // Grouped returns the bound pods by node name, and the pods not bound to
@@ -111,17 +120,18 @@ func (x *PodIndex) Grouped() (byNode map[string][]*corev1.Pod, unbound []*corev1
 	return byNode, unbound
 }
 
-// OnNode returns the pods bound to node.
-func (x *PodIndex) OnNode(node string) []*corev1.Pod {
+// OnNode returns the pods bound to node, and a version that changes
+// whenever they do (0 for a node without pods).
+func (x *PodIndex) OnNode(node string) ([]*corev1.Pod, uint64) {
 	if node == "" {
-		return nil
+		return nil, 0
 	}
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	if s := x.nodes[node]; s != nil {
-		return s.sorted()
+		return s.sorted(), s.version
 	}
-	return nil
+	return nil, 0
 }
 
 // Len returns the number of pods.

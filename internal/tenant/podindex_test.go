@@ -112,17 +112,21 @@ func TestPodIndex(t *testing.T) {
 func TestPodIndexSlicesAreNotChangedLater(t *testing.T) {
 	x := NewPodIndex()
 	x.Set(indexPod("a", "p", "n1"))
-	before := x.OnNode("n1")
-	again := x.OnNode("n1")
-	if &before[0] != &again[0] {
+	before, v1 := x.OnNode("n1")
+	again, v2 := x.OnNode("n1")
+	if &before[0] != &again[0] || v1 != v2 {
 		t.Error("an unchanged node's pods were regrouped")
 	}
 	x.Set(indexPod("a", "q", "n1"))
 	x.Delete(indexPod("a", "p", "n1"))
+	after, v3 := x.OnNode("n1")
+	if v3 == v1 {
+		t.Error("the version did not change with the pods")
+	}
 	if got := names(before); !reflect.DeepEqual(got, []string{"a/p"}) {
 		t.Errorf("slice handed out earlier changed to %v", got)
 	}
-	if got := names(x.OnNode("n1")); !reflect.DeepEqual(got, []string{"a/q"}) {
+	if got := names(after); !reflect.DeepEqual(got, []string{"a/q"}) {
 		t.Errorf("OnNode = %v, want [a/q]", got)
 	}
 	if !x.Has("a/q") || x.Has("a/p") {

@@ -10,6 +10,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"sort"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -19,12 +20,15 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/events"
+	"k8s.io/client-go/util/workqueue"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
@@ -46,6 +50,31 @@ type Reconciler struct {
 	Recorder events.EventRecorder
 	// NodeEvents receives tenant Node changes (see NodeHandler).
 	NodeEvents chan event.GenericEvent
+
+	mu sync.Mutex
+	// usage keeps each pool's node usage from its last reconcile.
+	usage map[string]map[string]usageEntry
+}
+
+func (r *Reconciler) forgetUsage(pool string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	delete(r.usage, pool)
+}
+
+// usageMemo returns the node usage kept for pool, replacing it with next
+// when next is not nil. A pool is never reconciled twice at once, but
+// pools are.
+func (r *Reconciler) usageMemo(pool string, next map[string]usageEntry) map[string]usageEntry {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.usage == nil {
+		r.usage = map[string]map[string]usageEntry{}
+	}
+	if next != nil {
+		r.usage[pool] = next
+	}
+	return r.usage[pool]
 }
 
 // SetupWithManager registers the controller.
@@ -54,18 +83,57 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		r.NodeEvents = make(chan event.GenericEvent, 4096)
 	}
 	return ctrl.NewControllerManagedBy(mgr).
-		For(&fkev1.NodePool{}).
+		// A pool's own status patches do not wake it up again.
+		For(&fkev1.NodePool{}, builder.WithPredicates(predicate.Or(predicate.GenerationChangedPredicate{}, deletionStarted))).
 		Named("nodepool").
 		WithOptions(controller.Options{MaxConcurrentReconciles: 4}).
-		Watches(&fkev1.Machine{}, handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
+		Watches(&fkev1.Machine{}, enqueueAfter(StatusDelay, func(o client.Object) (client.ObjectKey, bool) {
 			m, ok := o.(*fkev1.Machine)
 			if !ok {
-				return nil
+				return client.ObjectKey{}, false
 			}
-			return []reconcile.Request{{NamespacedName: client.ObjectKey{Namespace: m.Namespace, Name: m.Spec.NodePoolName}}}
+			return client.ObjectKey{Namespace: m.Namespace, Name: m.Spec.NodePoolName}, true
 		})).
-		WatchesRawSource(source.Channel(r.NodeEvents, &handler.EnqueueRequestForObject{})).
+		WatchesRawSource(source.Channel(r.NodeEvents, enqueueAfter(StatusDelay, func(o client.Object) (client.ObjectKey, bool) {
+			return client.ObjectKeyFromObject(o), true
+		}))).
 		Complete(r)
+}
+
+// deletionStarted passes the update that sets an object's deletion timestamp.
+var deletionStarted = predicate.Funcs{UpdateFunc: func(e event.UpdateEvent) bool {
+	return e.ObjectOld.GetDeletionTimestamp() == nil && e.ObjectNew.GetDeletionTimestamp() != nil
+}}
+
+// StatusDelay is how long a change of a pool's machines, nodes or GPU pods
+// waits before the pool is reconciled. Changes in that time are reconciled
+// together: a pool of a thousand nodes whose heartbeats and pods change
+// all the time is reconciled a few times a second, not continuously. Spec
+// changes are reconciled at once.
+const StatusDelay = 500 * time.Millisecond
+
+// enqueueAfter enqueues the pool that key maps an object to, after delay;
+// a pool already waiting keeps its earlier time.
+func enqueueAfter(delay time.Duration, key func(client.Object) (client.ObjectKey, bool)) handler.EventHandler {
+	add := func(o client.Object, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+		if k, ok := key(o); ok {
+			q.AddAfter(reconcile.Request{NamespacedName: k}, delay)
+		}
+	}
+	return handler.Funcs{
+		CreateFunc: func(_ context.Context, e event.CreateEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			add(e.Object, q)
+		},
+		UpdateFunc: func(_ context.Context, e event.UpdateEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			add(e.ObjectNew, q)
+		},
+		DeleteFunc: func(_ context.Context, e event.DeleteEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			add(e.Object, q)
+		},
+		GenericFunc: func(_ context.Context, e event.GenericEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			add(e.Object, q)
+		},
+	}
 }
 
 // NodeHandler turns a tenant Node change into a reconcile of its pool.
@@ -104,6 +172,9 @@ func (r *Reconciler) PodHandler(clusterKey string, pod *corev1.Pod) {
 func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.Result, err error) {
 	np := &fkev1.NodePool{}
 	if err := r.Client.Get(ctx, req.NamespacedName, np); err != nil {
+		if apierrors.IsNotFound(err) {
+			r.forgetUsage(req.String())
+		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
 	machines, err := r.machines(ctx, np)
@@ -159,10 +230,11 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.
 		return ctrl.Result{}, err
 	}
 	hash := TemplateHash(np)
-	usage, err := nodeUsage(ctx, t, machines)
+	usage, memo, err := nodeUsage(ctx, t, machines, r.usageMemo(req.String(), nil))
 	if err != nil {
 		return ctrl.Result{}, err
 	}
+	r.usageMemo(req.String(), memo)
 	members := make([]Member, 0, len(machines))
 	var live []*fkev1.Machine
 	for _, m := range machines {

@@ -22,23 +22,49 @@ type usage struct {
 }
 
 // nodeUsage reads, from the tenant cache and its pod index, the pods on
-// each machine's node (without copies: they are only read).
-func nodeUsage(ctx context.Context, t *tenant.Tenant, machines []*fkev1.Machine) (map[string]usage, error) {
+// each machine's node (without copies: they are only read) and computes
+// their usage (see usages).
+func nodeUsage(ctx context.Context, t *tenant.Tenant, machines []*fkev1.Machine, memo map[string]usageEntry) (map[string]usage, map[string]usageEntry, error) {
 	nodes, err := t.Nodes(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("listing nodes: %w", err)
+		return nil, nil, fmt.Errorf("listing nodes: %w", err)
 	}
 	byName := make(map[string]*corev1.Node, len(nodes))
 	for _, n := range nodes {
 		byName[n.Name] = n
 	}
+	out, next := usages(byName, t.PodIndex.OnNode, machines, memo)
+	return out, next, nil
+}
+
+// usages returns the usage of each machine's node, and the memo for next
+// time (pure). A node's usage is computed again only when its Node object
+// or the version of its pods changed since memo was made; nil memo
+// computes all.
+func usages(nodes map[string]*corev1.Node, podsOn func(node string) ([]*corev1.Pod, uint64), machines []*fkev1.Machine, memo map[string]usageEntry) (map[string]usage, map[string]usageEntry) {
 	out := make(map[string]usage, len(machines))
+	next := make(map[string]usageEntry, len(machines))
 	for _, m := range machines {
-		if node := byName[m.Status.NodeName]; node != nil {
-			out[node.Name] = Usage(node, t.PodIndex.OnNode(node.Name))
+		node := nodes[m.Status.NodeName]
+		if node == nil {
+			continue
 		}
+		pods, version := podsOn(node.Name)
+		e, ok := memo[node.Name]
+		if !ok || e.node != node || e.version != version {
+			e = usageEntry{node: node, version: version, usage: Usage(node, pods)}
+		}
+		out[node.Name], next[node.Name] = e.usage, e
 	}
-	return out, nil
+	return out, next
+}
+
+// usageEntry is a node's usage with what it was computed from: the cache's
+// Node object and the version of its pods in the pod index.
+type usageEntry struct {
+	node    *corev1.Node
+	version uint64
+	usage   usage
 }
 
 // Usage computes a node's usage from its pods (pure).
