@@ -121,6 +121,9 @@ func BenchmarkFleet(b *testing.B) {
 	b.Logf("burst of %d: %d seen unschedulable (first decision: %d scale-ups, %d nominated to machines coming up): decision p50 %s p99 %s max %s; "+
 		"all Running after %s; pool nodes %d",
 		burst, r.seen, r.seen-r.nominated, r.nominated, p50, p99, lat[len(lat)-1], r.allRunning, r.poolNodes)
+	for _, s := range r.slowest {
+		b.Logf("slow pod %s", s)
+	}
 
 	// The autoscaler logs each pass slower than autoscaler.SlowPass with
 	// its phases; show the ones from the burst.
@@ -158,7 +161,9 @@ type burstResult struct {
 	// that are still waiting for a retry; those get new nodes later.
 	seen int
 	// nominated is the number of pods whose first decision was Nominated.
-	nominated  int
+	nominated int
+	// slowest describes the three slowest pods.
+	slowest    []string
 	allRunning time.Duration
 	poolNodes  int
 }
@@ -247,12 +252,24 @@ func measureBurst(b *testing.B, e *testenv.Env, cs kubernetes.Interface, burst i
 	mu.Lock()
 	defer mu.Unlock()
 	r.seen = len(unsched)
+	type waited struct {
+		name string
+		lat  time.Duration
+	}
+	var all []waited
 	for name, t := range unsched {
 		d := decided[name]
 		r.latencies = append(r.latencies, max(d.at.Sub(t), 0))
+		all = append(all, waited{name, max(d.at.Sub(t), 0)})
 		if d.reason == "Nominated" {
 			r.nominated++
 		}
+	}
+	sort.Slice(all, func(i, j int) bool { return all[i].lat > all[j].lat })
+	for _, w := range all[:min(3, len(all))] {
+		d := decided[w.name]
+		r.slowest = append(r.slowest, fmt.Sprintf("%s: unschedulable at %s, %s at %s (%s)",
+			w.name, unsched[w.name].Format("15:04:05.000"), d.reason, d.at.Format("15:04:05.000"), w.lat))
 	}
 	list, err := cs.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: "fke.dev/nodepool=burst"})
 	if err != nil {

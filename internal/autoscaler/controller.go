@@ -99,6 +99,9 @@ type clusterState struct {
 	measured      map[types.UID]bool   // pods whose decision latency was recorded
 	// memo keeps the parsed bound pods between passes.
 	memo *decide.Memo
+	// pending is the number of unschedulable pods the last pass found
+	// (read by PodHandler under Reconciler.mu).
+	pending int
 }
 
 // SetupWithManager registers the controller.
@@ -148,9 +151,13 @@ func EnqueueCluster() handler.EventHandler {
 	})
 }
 
-// PodHandler wakes the autoscaler of a cluster when one of its pods becomes unschedulable.
+// PodHandler wakes the autoscaler of a cluster when one of its pods becomes
+// unschedulable, and, while the cluster has unschedulable pods, when a pod
+// is bound and not started: kube-scheduler may have given it the room a
+// waiting pod was counted on, and that pod needs a decision now, not at
+// the next scan.
 func (r *Reconciler) PodHandler(clusterKey string, pod *corev1.Pod) {
-	if !Unschedulable(pod) {
+	if !Unschedulable(pod) && (!boundNotStarted(pod) || !r.hasPending(clusterKey)) {
 		return
 	}
 	ns, name, err := toolscache.SplitMetaNamespaceKey(clusterKey)
@@ -161,6 +168,21 @@ func (r *Reconciler) PodHandler(clusterKey string, pod *corev1.Pod) {
 	case r.Events <- event.GenericEvent{Object: &fkev1.Cluster{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}}}:
 	default:
 	}
+}
+
+// boundNotStarted reports whether kube-scheduler bound p and it has not
+// started yet.
+func boundNotStarted(p *corev1.Pod) bool {
+	return p.Spec.NodeName != "" && p.Status.Phase == corev1.PodPending && p.DeletionTimestamp == nil
+}
+
+// hasPending reports whether the last pass over the cluster found
+// unschedulable pods.
+func (r *Reconciler) hasPending(key string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	st, ok := r.states[key]
+	return ok && st.pending > 0
 }
 
 func (r *Reconciler) state(key string) *clusterState {
@@ -237,6 +259,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	snap.Memo = st.memo
 	snap.Booked = in.booked
 	unschedulablePods.WithLabelValues(key).Set(float64(len(snap.Pending)))
+	r.mu.Lock()
+	st.pending = len(snap.Pending)
+	r.mu.Unlock()
 
 	expander := decide.Expander{Name: decide.ExpanderName(cl.Spec.Autoscaling.Expander)}
 	plan := decide.ScaleUp(snap, pools, expander, now)
