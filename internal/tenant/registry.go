@@ -23,10 +23,6 @@ import (
 	crcluster "sigs.k8s.io/controller-runtime/pkg/cluster"
 )
 
-// PodNodeNameField indexes cached Pods by spec.nodeName:
-// client.MatchingFields{PodNodeNameField: node}.
-const PodNodeNameField = "spec.nodeName"
-
 // KubeconfigSource returns the admin kubeconfig of the tenant with key
 // ("namespace/name" of its Cluster), or an error while it has none.
 type KubeconfigSource func(ctx context.Context, key string) ([]byte, error)
@@ -110,14 +106,6 @@ func (r *Registry) Get(ctx context.Context, key string) (*Tenant, error) {
 	})
 	if err != nil {
 		return nil, fmt.Errorf("connecting to %s: %w", key, err)
-	}
-	if err := cl.GetFieldIndexer().IndexField(ctx, &corev1.Pod{}, PodNodeNameField, func(o client.Object) []string {
-		if p, ok := o.(*corev1.Pod); ok && p.Spec.NodeName != "" {
-			return []string{p.Spec.NodeName}
-		}
-		return nil
-	}); err != nil {
-		return nil, fmt.Errorf("indexing pods of %s: %w", key, err)
 	}
 	cs, err := kubernetes.NewForConfig(cfg)
 	if err != nil {

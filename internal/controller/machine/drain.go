@@ -79,18 +79,15 @@ func (r *Reconciler) drain(ctx context.Context, t *tenant.Tenant, m *fkev1.Machi
 			return 0, fmt.Errorf("cordoning %s: %w", node.Name, err)
 		}
 	}
-	var pods corev1.PodList
-	if err := t.Client.List(ctx, &pods, client.MatchingFields{tenant.PodNodeNameField: node.Name}); err != nil {
-		return 0, fmt.Errorf("listing pods of %s: %w", node.Name, err)
-	}
+	// The pod index's objects: only read, and evicted or deleted by name.
+	pods, _ := t.PodIndex.OnNode(node.Name)
 	timeout := r.DrainTimeout
 	if timeout == 0 {
 		timeout = DefaultDrainTimeout
 	}
 	expired := m.DeletionTimestamp != nil && time.Since(m.DeletionTimestamp.Time) > timeout
 	remaining := 0
-	for i := range pods.Items {
-		p := &pods.Items[i]
+	for _, p := range pods {
 		if !NeedsEviction(p) {
 			continue
 		}
