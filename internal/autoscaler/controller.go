@@ -386,12 +386,7 @@ func (r *Reconciler) applyScaleUp(ctx context.Context, cl *fkev1.Cluster, t *ten
 	}
 	// Resize every pool first and tell the pods; the decisions are recorded
 	// in the pools' status afterwards, off the pods' path.
-	type record struct {
-		v        *poolView
-		from, to int
-		reason   string
-	}
-	var records []record
+	var records []decisionRecord
 	for _, inc := range plan.Increases {
 		v := views[inc.Pool]
 		if v == nil || inc.Delta <= 0 {
@@ -404,10 +399,10 @@ func (r *Reconciler) applyScaleUp(ctx context.Context, cl *fkev1.Cluster, t *ten
 		reason := fmt.Sprintf("%d unschedulable pods need %d more %s nodes", len(inc.Pods), to-v.desired, v.it.Name)
 		logr.FromContextOrDiscard(ctx).Info("scale-up", "cluster", key, "pool", inc.Pool, "from", v.desired, "to", to,
 			"pods", len(inc.Pods), "liveMachines", len(v.live), "schedulableElsewhere", len(plan.Schedulable))
-		if err := setReplicas(ctx, r.Client, v.pool, to); err != nil {
+		if _, err := setReplicas(ctx, r.Client, v.pool, to); err != nil {
 			return err
 		}
-		records = append(records, record{v, v.desired, to, reason})
+		records = append(records, decisionRecord{np: v.pool, from: v.desired, to: to, reason: reason, now: now})
 		scaleUps.WithLabelValues(key, inc.Pool).Add(float64(to - v.desired))
 		msg := fmt.Sprintf("pod triggered scale-up: [{%s %d->%d (max: %d)}]", inc.Pool, v.desired, to, v.pool.Spec.Autoscaling.MaxSize)
 		for _, p := range inc.Pods {
@@ -419,8 +414,8 @@ func (r *Reconciler) applyScaleUp(ctx context.Context, cl *fkev1.Cluster, t *ten
 		r.podEvent(ctx, t, st, pr.Pod, corev1.EventTypeNormal, "NotTriggerScaleUp", pr.Reason)
 	}
 	for _, rec := range records {
-		r.Recorder.Eventf(rec.v.pool, nil, corev1.EventTypeNormal, "TriggeredScaleUp", "ScaleUp", "%s (%d → %d)", rec.reason, rec.from, rec.to)
-		r.recordDecision(ctx, decisionRecord{np: rec.v.pool, from: rec.from, to: rec.to, reason: rec.reason, now: now})
+		r.Recorder.Eventf(rec.np, nil, corev1.EventTypeNormal, "TriggeredScaleUp", "ScaleUp", "%s (%d → %d)", rec.reason, rec.from, rec.to)
+		r.recordDecision(ctx, rec)
 	}
 	return nil
 }
@@ -531,8 +526,8 @@ func (r *Reconciler) markForRemoval(ctx context.Context, m *fkev1.Machine) (*fke
 // ProvisioningRequest controller both resize through it. opts may ask for an
 // optimistically locked spec patch (client.MergeFromWithOptimisticLock).
 func ResizePool(ctx context.Context, c client.Client, np *fkev1.NodePool, to int, reason string, now time.Time, opts ...client.MergeFromOption) error {
-	from := nodepool.DesiredReplicas(np)
-	if err := setReplicas(ctx, c, np, to, opts...); err != nil {
+	from, err := setReplicas(ctx, c, np, to, opts...)
+	if err != nil {
 		return err
 	}
 	return recordScaleDecision(ctx, c, np, from, to, reason, now)
@@ -541,25 +536,27 @@ func ResizePool(ctx context.Context, c client.Client, np *fkev1.NodePool, to int
 // resize is ResizePool with the status written off the pass, in the order
 // of the autoscaler's decisions.
 func (r *Reconciler) resize(ctx context.Context, np *fkev1.NodePool, to int, reason string, now time.Time) error {
-	from := nodepool.DesiredReplicas(np)
-	if err := setReplicas(ctx, r.Client, np, to); err != nil {
+	from, err := setReplicas(ctx, r.Client, np, to)
+	if err != nil {
 		return err
 	}
 	r.recordDecision(ctx, decisionRecord{np: np, from: from, to: to, reason: reason, now: now})
 	return nil
 }
 
-// setReplicas patches the pool's spec.replicas to to (never above maxSize).
-func setReplicas(ctx context.Context, c client.Client, np *fkev1.NodePool, to int, opts ...client.MergeFromOption) error {
+// setReplicas patches the pool's spec.replicas to to (never above maxSize)
+// and returns the desired replicas it had before.
+func setReplicas(ctx context.Context, c client.Client, np *fkev1.NodePool, to int, opts ...client.MergeFromOption) (from int, err error) {
 	if a := np.Spec.Autoscaling; a != nil && to > int(a.MaxSize) {
-		return fmt.Errorf("resizing node pool %s to %d: above max size %d", np.Name, to, a.MaxSize)
+		return 0, fmt.Errorf("resizing node pool %s to %d: above max size %d", np.Name, to, a.MaxSize)
 	}
+	from = nodepool.DesiredReplicas(np)
 	patch := client.MergeFromWithOptions(np.DeepCopy(), opts...)
 	np.Spec.Replicas = ptr.To(int32(to))
 	if err := c.Patch(ctx, np, patch); err != nil {
-		return fmt.Errorf("resizing node pool %s: %w", np.Name, err)
+		return 0, fmt.Errorf("resizing node pool %s: %w", np.Name, err)
 	}
-	return nil
+	return from, nil
 }
 
 // recordScaleDecision writes a resize from → to into the pool's status.
