@@ -56,25 +56,26 @@ type Reconciler struct {
 	usage map[string]map[string]usageEntry
 }
 
-func (r *Reconciler) forgetUsage(pool string) {
+// keptUsage returns the node usage kept from pool's last reconcile. A pool
+// is never reconciled twice at once, but pools are.
+func (r *Reconciler) keptUsage(pool string) map[string]usageEntry {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	delete(r.usage, pool)
+	return r.usage[pool]
 }
 
-// usageMemo returns the node usage kept for pool, replacing it with next
-// when next is not nil. A pool is never reconciled twice at once, but
-// pools are.
-func (r *Reconciler) usageMemo(pool string, next map[string]usageEntry) map[string]usageEntry {
+// keepUsage keeps pool's node usage for its next reconcile; nil forgets it.
+func (r *Reconciler) keepUsage(pool string, u map[string]usageEntry) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if u == nil {
+		delete(r.usage, pool)
+		return
+	}
 	if r.usage == nil {
 		r.usage = map[string]map[string]usageEntry{}
 	}
-	if next != nil {
-		r.usage[pool] = next
-	}
-	return r.usage[pool]
+	r.usage[pool] = u
 }
 
 // SetupWithManager registers the controller.
@@ -173,7 +174,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.
 	np := &fkev1.NodePool{}
 	if err := r.Client.Get(ctx, req.NamespacedName, np); err != nil {
 		if apierrors.IsNotFound(err) {
-			r.forgetUsage(req.String())
+			r.keepUsage(req.String(), nil)
 		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
@@ -230,11 +231,11 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.
 		return ctrl.Result{}, err
 	}
 	hash := TemplateHash(np)
-	usage, memo, err := nodeUsage(ctx, t, machines, r.usageMemo(req.String(), nil))
+	usage, kept, err := nodeUsage(ctx, t, machines, r.keptUsage(req.String()))
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	r.usageMemo(req.String(), memo)
+	r.keepUsage(req.String(), kept)
 	members := make([]Member, 0, len(machines))
 	var live []*fkev1.Machine
 	for _, m := range machines {
