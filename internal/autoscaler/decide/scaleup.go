@@ -142,18 +142,23 @@ func (w *world) findNode(pi *podInfo) *simNode {
 		return nil
 	}
 	var tc *topoCounts
-	list := w.staticCandidates(pi)
-	c := w.cursor(pi)
+	return w.firstFit(pi, w.staticCandidates(pi), cursorIn(w.cursors, pi), &tc)
+}
+
+// firstFit returns the first of nodes, from c on (nil: from the start),
+// that pi fits, and moves c there; nil when none does. tc is as in
+// fitsQuick.
+func (w *world) firstFit(pi *podInfo, nodes []*simNode, c *fitCursor, tc **topoCounts) *simNode {
 	start := 0
 	if c != nil {
 		start = c.next
 	}
-	for j := start; j < len(list); j++ {
-		n := list[j]
+	for j := start; j < len(nodes); j++ {
+		n := nodes[j]
 		if n.gone || !n.target {
 			continue
 		}
-		if w.fitsQuick(pi, n, &tc) {
+		if w.fitsQuick(pi, n, tc) {
 			if c != nil {
 				c.next = j
 			}
@@ -161,7 +166,7 @@ func (w *world) findNode(pi *podInfo) *simNode {
 		}
 	}
 	if c != nil {
-		c.next = len(list)
+		c.next = len(nodes) // every node so far turned it down
 	}
 	return nil
 }
@@ -174,12 +179,6 @@ func (w *world) findNode(pi *podInfo) *simNode {
 type fitCursor struct {
 	req  resources
 	next int
-}
-
-// cursor returns pi's group cursor, or nil when cursors are off (w.cursors
-// is nil) or do not apply to pi.
-func (w *world) cursor(pi *podInfo) *fitCursor {
-	return cursorIn(w.cursors, pi)
 }
 
 // cursorIn returns pi's group cursor in cursors, made on first use; nil
@@ -453,28 +452,10 @@ func (su *scaleUp) simulate(i int, pods []*podInfo, limit int, limitReason strin
 	cursors := map[string]*fitCursor{} // the new nodes only gain pods
 	for _, pi := range sorted {
 		var tc *topoCounts
-		placed := false
-		c := cursorIn(cursors, pi)
-		start := 0
-		if c != nil {
-			start = c.next
-		}
-		for j := start; j < len(opt.nodes); j++ {
-			if n := opt.nodes[j]; w.fitsQuick(pi, n, &tc) {
-				w.place(pi, n)
-				placed = true
-				if c != nil {
-					c.next = j
-				}
-				break
-			}
-		}
-		if placed {
+		if n := w.firstFit(pi, opt.nodes, cursorIn(cursors, pi), &tc); n != nil {
+			w.place(pi, n)
 			opt.pods = append(opt.pods, pi)
 			continue
-		}
-		if c != nil {
-			c.next = len(opt.nodes) // every node so far turned it down
 		}
 		if len(opt.nodes) >= limit {
 			failed[pi] = []string{limitReason}
