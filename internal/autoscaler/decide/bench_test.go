@@ -159,6 +159,7 @@ func BenchmarkScaleDown1000Nodes30000PodsMemo(b *testing.B) {
 // withUIDs gives every bound pod a UID and resourceVersion, as the API does.
 func withUIDs(s *Snapshot) {
 	for _, ni := range s.Nodes {
+		ni.Node.ResourceVersion = "1"
 		for _, p := range ni.Pods {
 			p.UID = types.UID("uid-" + p.Name)
 			p.ResourceVersion = "1"

@@ -127,7 +127,9 @@ type NodeInfo struct {
 	// Deleting reports whether the node is being removed; it hosts nothing
 	// in simulations.
 	Deleting bool
-	// Pods bound to the node, DaemonSet and mirror pods included.
+	// Pods bound to the node, DaemonSet and mirror pods included. While a
+	// Memo is used, a slice is not changed in place: pods that change come
+	// in a new slice (as tenant.PodIndex gives them).
 	Pods []*corev1.Pod
 }
 

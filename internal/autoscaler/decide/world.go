@@ -96,13 +96,14 @@ var startupTaints = map[string]bool{
 // pods are parsed on first use (load), unless one of them has required
 // anti-affinity, which every other pod's checks need.
 func (w *world) addSnapshotNode(ni *NodeInfo) *simNode {
+	alloc, anti := w.memo.node(ni)
 	n := &simNode{
 		node:   ni.Node,
 		name:   ni.Node.Name,
 		labels: ni.Node.Labels,
 		taints: ni.Node.Spec.Taints,
 		pool:   ni.Pool,
-		alloc:  resourcesFromList(ni.Node.Status.Allocatable),
+		alloc:  alloc,
 		target: ni.Ready,
 		idx:    len(w.nodes),
 		raw:    ni.Pods,
@@ -111,7 +112,7 @@ func (w *world) addSnapshotNode(ni *NodeInfo) *simNode {
 	w.nodes = append(w.nodes, n)
 	w.baseCount = len(w.nodes)
 	w.groups = nil
-	if !w.lazy || hasRequiredAntiAffinity(ni.Pods) {
+	if !w.lazy || anti {
 		w.load(n)
 	}
 	return n
