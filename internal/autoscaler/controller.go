@@ -73,6 +73,8 @@ type Reconciler struct {
 	// decisions carries scale decisions to a background writer of pool
 	// status, in the order they were made.
 	decisions chan decisionRecord
+	// resizer writes the pools' sizes the passes decide, off the pass.
+	resizer *resizer
 }
 
 // decisionRecord is a resize of a pool to record in its status; np is the
@@ -102,6 +104,9 @@ type clusterState struct {
 	// pending is the number of unschedulable pods the last pass found
 	// (read by PodHandler under Reconciler.mu).
 	pending int
+	// retry lists pods whose scale-up could not be written: their events
+	// and latency are to be recorded again (under Reconciler.mu).
+	retry []types.UID
 }
 
 // SetupWithManager registers the controller.
@@ -115,11 +120,14 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	r.states = map[string]*clusterState{}
 	r.podEvents = make(chan podEventReq, 10000)
 	r.decisions = make(chan decisionRecord, 1024)
-	if err := mgr.Add(manager.RunnableFunc(r.sendPodEvents)); err != nil {
-		return err
-	}
-	if err := mgr.Add(manager.RunnableFunc(r.writeDecisions)); err != nil {
-		return err
+	r.resizer = newResizer(r.Client, r.Clock)
+	log := mgr.GetLogger().WithName("autoscaler")
+	for _, run := range []func(context.Context) error{r.sendPodEvents, r.writeDecisions, r.resizer.run} {
+		if err := mgr.Add(manager.RunnableFunc(func(ctx context.Context) error {
+			return run(logr.NewContext(ctx, log))
+		})); err != nil {
+			return err
+		}
 	}
 	toCluster := EnqueueCluster()
 	return ctrl.NewControllerManagedBy(mgr).
@@ -246,6 +254,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		return ctrl.Result{}, nil
 	}
 	st := r.state(key)
+	r.takeRetries(st)
 	st.prune(in.tenant.PodIndex.Len(), in.tenant.PodIndex.Has)
 	now := r.Clock.Now()
 
@@ -253,7 +262,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		return ctrl.Result{}, err
 	}
 	gathered := r.Clock.Now()
-	pools, views := BuildPools(in.pools, in.types, in.machines, st.backoffUntil)
+	pools, views := BuildPools(in.pools, in.types, in.machines, st.backoffUntil, r.resizer.Desired)
 	snap := BuildSnapshot(in.nodes, in.pods, in.machines, decide.Limits{MaxNodes: int(cl.Spec.Autoscaling.MaxNodes), MaxGPUs: int(cl.Spec.Autoscaling.MaxGPUs)})
 	snap.PDBs = in.pdbs
 	snap.Memo = st.memo
@@ -266,9 +275,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	expander := decide.Expander{Name: decide.ExpanderName(cl.Spec.Autoscaling.Expander)}
 	plan := decide.ScaleUp(snap, pools, expander, now)
 	decided := r.Clock.Now()
-	if err := r.applyScaleUp(ctx, cl, in.tenant, plan, views, st, now); err != nil {
-		return ctrl.Result{}, err
-	}
+	r.applyScaleUp(ctx, cl, in.tenant, plan, views, st, now)
 	applied := r.Clock.Now()
 
 	requeue := scan
@@ -371,8 +378,9 @@ func (r *Reconciler) gather(ctx context.Context, cl *fkev1.Cluster) (*input, err
 	return in, nil
 }
 
-// applyScaleUp raises the pools' replicas and tells pods and pools why.
-func (r *Reconciler) applyScaleUp(ctx context.Context, cl *fkev1.Cluster, t *tenant.Tenant, plan decide.ScaleUpPlan, views map[string]*poolView, st *clusterState, now time.Time) error {
+// applyScaleUp asks for the pools' new sizes; pods and pools are told why
+// once each size is written (see resizer), so the pass does not wait for it.
+func (r *Reconciler) applyScaleUp(ctx context.Context, cl *fkev1.Cluster, t *tenant.Tenant, plan decide.ScaleUpPlan, views map[string]*poolView, st *clusterState, now time.Time) {
 	key := client.ObjectKeyFromObject(cl).String()
 	// A pod that fits a machine already coming up was helped by an earlier
 	// decision: say which pool it waits for (Karpenter's "Nominated").
@@ -380,51 +388,48 @@ func (r *Reconciler) applyScaleUp(ctx context.Context, cl *fkev1.Cluster, t *ten
 		if !pl.Upcoming {
 			continue
 		}
-		r.measure(key, st, pl.Pod, now)
-		r.podEvent(ctx, t, st, pl.Pod, corev1.EventTypeNormal, "Nominated",
-			fmt.Sprintf("pod fits a node of pool %s that is coming up", pl.Pool))
+		measure(key, r.toMeasure(st, []*corev1.Pod{pl.Pod}), now)
+		r.emit(st, r.podEvent(t, st, pl.Pod, corev1.EventTypeNormal, "Nominated",
+			fmt.Sprintf("pod fits a node of pool %s that is coming up", pl.Pool)), now)
 	}
-	// Resize every pool first and tell the pods; the decisions are recorded
-	// in the pools' status afterwards, off the pods' path.
-	var records []decisionRecord
 	for _, inc := range plan.Increases {
 		v := views[inc.Pool]
 		if v == nil || inc.Delta <= 0 {
 			continue
 		}
-		to := min(v.desired+inc.Delta, int(v.pool.Spec.Autoscaling.MaxSize))
-		if to <= v.desired {
+		from := v.desired
+		to := min(from+inc.Delta, int(v.pool.Spec.Autoscaling.MaxSize))
+		if to <= from {
 			continue
 		}
-		reason := fmt.Sprintf("%d unschedulable pods need %d more %s nodes", len(inc.Pods), to-v.desired, v.it.Name)
-		logr.FromContextOrDiscard(ctx).Info("scale-up", "cluster", key, "pool", inc.Pool, "from", v.desired, "to", to,
+		reason := fmt.Sprintf("%d unschedulable pods need %d more %s nodes", len(inc.Pods), to-from, v.it.Name)
+		logr.FromContextOrDiscard(ctx).Info("scale-up", "cluster", key, "pool", inc.Pool, "from", from, "to", to,
 			"pods", len(inc.Pods), "liveMachines", len(v.live), "schedulableElsewhere", len(plan.Schedulable))
-		if _, err := setReplicas(ctx, r.Client, v.pool, to); err != nil {
-			return err
-		}
-		records = append(records, decisionRecord{np: v.pool, from: v.desired, to: to, reason: reason, now: now})
-		scaleUps.WithLabelValues(key, inc.Pool).Add(float64(to - v.desired))
-		msg := fmt.Sprintf("pod triggered scale-up: [{%s %d->%d (max: %d)}]", inc.Pool, v.desired, to, v.pool.Spec.Autoscaling.MaxSize)
+		msg := fmt.Sprintf("pod triggered scale-up: [{%s %d->%d (max: %d)}]", inc.Pool, from, to, v.pool.Spec.Autoscaling.MaxSize)
+		events := make([]*pendingEvent, 0, len(inc.Pods))
 		for _, p := range inc.Pods {
-			r.measure(key, st, p, now)
-			r.podEvent(ctx, t, st, p, corev1.EventTypeNormal, "TriggeredScaleUp", msg)
+			events = append(events, r.podEvent(t, st, p, corev1.EventTypeNormal, "TriggeredScaleUp", msg))
 		}
+		pods := r.toMeasure(st, inc.Pods)
+		pool, waiting := inc.Pool, inc.Pods
+		r.resize(cl, v.pool, from, to, reason, now, func(_ context.Context, np *fkev1.NodePool, at time.Time) {
+			scaleUps.WithLabelValues(key, pool).Add(float64(to - from))
+			measure(key, pods, at)
+			for _, ev := range events {
+				r.emit(st, ev, at)
+			}
+			r.Recorder.Eventf(np, nil, corev1.EventTypeNormal, "TriggeredScaleUp", "ScaleUp", "%s (%d → %d)", reason, from, to)
+		}, func() { r.retryLater(st, waiting) })
+		v.desired = to
 	}
 	for _, pr := range plan.NotTriggerScaleUp {
-		r.podEvent(ctx, t, st, pr.Pod, corev1.EventTypeNormal, "NotTriggerScaleUp", pr.Reason)
+		r.emit(st, r.podEvent(t, st, pr.Pod, corev1.EventTypeNormal, "NotTriggerScaleUp", pr.Reason), now)
 	}
-	for _, rec := range records {
-		r.Recorder.Eventf(rec.np, nil, corev1.EventTypeNormal, "TriggeredScaleUp", "ScaleUp", "%s (%d → %d)", rec.reason, rec.from, rec.to)
-		r.recordDecision(ctx, rec)
-	}
-	return nil
 }
 
-// recordDecision queues a decision for the pool's status, off the pass; a
-// full queue writes it at once. The pool is copied: the pass may go on
-// using it.
+// recordDecision queues a decision for the pool's status; a full queue
+// writes it at once. The pool is the record's own: nothing else modifies it.
 func (r *Reconciler) recordDecision(ctx context.Context, rec decisionRecord) {
-	rec.np = rec.np.DeepCopy()
 	select {
 	case r.decisions <- rec:
 	default:
@@ -450,14 +455,47 @@ func (r *Reconciler) writeDecision(ctx context.Context, rec decisionRecord) {
 	}
 }
 
-// measure records, once per pod, the time from the pod turning
-// unschedulable to the first decision that helps it.
-func (r *Reconciler) measure(key string, st *clusterState, p *corev1.Pod, now time.Time) {
-	if st.measured[p.UID] {
-		return
+// toMeasure returns the pods whose decision latency is not yet recorded,
+// and marks them recorded.
+func (r *Reconciler) toMeasure(st *clusterState, pods []*corev1.Pod) []*corev1.Pod {
+	var out []*corev1.Pod
+	for _, p := range pods {
+		if !st.measured[p.UID] {
+			st.measured[p.UID] = true
+			out = append(out, p)
+		}
 	}
-	st.measured[p.UID] = true
-	decisionLatency.WithLabelValues(key).Observe(now.Sub(UnschedulableSince(p)).Seconds())
+	return out
+}
+
+// measure records, for pods (see toMeasure), the time from each turning
+// unschedulable to the decision that helps it, in effect at at.
+func measure(key string, pods []*corev1.Pod, at time.Time) {
+	for _, p := range pods {
+		decisionLatency.WithLabelValues(key).Observe(at.Sub(UnschedulableSince(p)).Seconds())
+	}
+}
+
+// retryLater makes the next pass record the pods' events and latency again
+// (their scale-up was not written).
+func (r *Reconciler) retryLater(st *clusterState, pods []*corev1.Pod) {
+	r.mu.Lock()
+	for _, p := range pods {
+		st.retry = append(st.retry, p.UID)
+	}
+	r.mu.Unlock()
+}
+
+// takeRetries forgets what was recorded for the pods retryLater names.
+func (r *Reconciler) takeRetries(st *clusterState) {
+	r.mu.Lock()
+	retry := st.retry
+	st.retry = nil
+	r.mu.Unlock()
+	for _, uid := range retry {
+		delete(st.podReasons, uid)
+		delete(st.measured, uid)
+	}
 }
 
 // applyScaleDown marks the chosen machines and lowers their pools' replicas;
@@ -497,11 +535,12 @@ func (r *Reconciler) applyScaleDown(ctx context.Context, cl *fkev1.Cluster, sd d
 		}
 		to := max(v.desired-marked, int(v.pool.Spec.Autoscaling.MinSize))
 		reason := fmt.Sprintf("nodes %s unneeded", strings.Join(nodes, ", "))
-		if err := r.resize(ctx, v.pool, to, reason, now); err != nil {
-			return err
-		}
-		scaleDowns.WithLabelValues(key, name).Add(float64(v.desired - to))
-		r.Recorder.Eventf(v.pool, nil, corev1.EventTypeNormal, "ScaleDown", "ScaleDown", "%s (%d → %d)", reason, v.desired, to)
+		from := v.desired
+		r.resize(cl, v.pool, from, to, reason, now, func(_ context.Context, np *fkev1.NodePool, _ time.Time) {
+			scaleDowns.WithLabelValues(key, name).Add(float64(from - to))
+			r.Recorder.Eventf(np, nil, corev1.EventTypeNormal, "ScaleDown", "ScaleDown", "%s (%d → %d)", reason, from, to)
+		}, nil)
+		v.desired = to
 	}
 	return nil
 }
@@ -533,15 +572,33 @@ func ResizePool(ctx context.Context, c client.Client, np *fkev1.NodePool, to int
 	return recordScaleDecision(ctx, c, np, from, to, reason, now)
 }
 
-// resize is ResizePool with the status written off the pass, in the order
-// of the autoscaler's decisions.
-func (r *Reconciler) resize(ctx context.Context, np *fkev1.NodePool, to int, reason string, now time.Time) error {
-	from, err := setReplicas(ctx, r.Client, np, to)
-	if err != nil {
-		return err
+// resize asks the resizer to set the pool's size from → to, a decision
+// made at now. Once the size is written, done (if any) runs and the
+// decision is recorded in the pool's status; if the write fails, failed (if
+// any) runs and the cluster's autoscaler is woken to decide again.
+func (r *Reconciler) resize(cl *fkev1.Cluster, np *fkev1.NodePool, from, to int, reason string, now time.Time,
+	done func(ctx context.Context, np *fkev1.NodePool, at time.Time), failed func()) {
+	r.resizer.Resize(np, to, func(ctx context.Context, written *fkev1.NodePool, at time.Time, err error) {
+		if err != nil {
+			if failed != nil {
+				failed()
+			}
+			r.wake(cl)
+			return
+		}
+		if done != nil {
+			done(ctx, written, at)
+		}
+		r.recordDecision(ctx, decisionRecord{np: written, from: from, to: to, reason: reason, now: now})
+	})
+}
+
+// wake asks for a pass over the cluster.
+func (r *Reconciler) wake(cl *fkev1.Cluster) {
+	select {
+	case r.Events <- event.GenericEvent{Object: &fkev1.Cluster{ObjectMeta: metav1.ObjectMeta{Namespace: cl.Namespace, Name: cl.Name}}}:
+	default:
 	}
-	r.recordDecision(ctx, decisionRecord{np: np, from: from, to: to, reason: reason, now: now})
-	return nil
 }
 
 // setReplicas patches the pool's spec.replicas to to (never above maxSize)
@@ -611,26 +668,43 @@ func (r *Reconciler) handleFailedMachines(ctx context.Context, cl *fkev1.Cluster
 			return err
 		}
 		in.machines[i] = marked // the rest of the pass sees it as being removed
-		cur := int(ptr.Deref(np.Spec.Replicas, 0))
-		if err := r.resize(ctx, np, max(cur-1, int(np.Spec.Autoscaling.MinSize)), why, now); err != nil {
-			return err
-		}
+		cur := r.resizer.Desired(np)
+		r.resize(cl, np, cur, max(cur-1, int(np.Spec.Autoscaling.MinSize)), why, now, nil, nil)
 	}
 	return nil
 }
 
-// podEvent records an event on a tenant pod, once per pod and message.
-func (r *Reconciler) podEvent(_ context.Context, t *tenant.Tenant, st *clusterState, p *corev1.Pod, kind, reason, msg string) {
+// pendingEvent is a pod event decided in a pass, recorded by emit.
+type pendingEvent struct {
+	t                 *tenant.Tenant
+	ref               corev1.ObjectReference
+	kind, reason, msg string
+}
+
+// podEvent returns the event to record on a tenant pod, or nil when the pod
+// already has one with this reason and message.
+func (r *Reconciler) podEvent(t *tenant.Tenant, st *clusterState, p *corev1.Pod, kind, reason, msg string) *pendingEvent {
 	if st.podReasons[p.UID] == reason+msg {
-		return
+		return nil
 	}
 	st.podReasons[p.UID] = reason + msg
 	ref := corev1.ObjectReference{Kind: "Pod", APIVersion: "v1", Namespace: p.Namespace, Name: p.Name, UID: p.UID, ResourceVersion: p.ResourceVersion}
-	ev := tenant.NewEvent(ref, kind, reason, msg, "fke.dev/autoscaler", r.Clock.Now())
+	return &pendingEvent{t: t, ref: ref, kind: kind, reason: reason, msg: msg}
+}
+
+// emit queues ev (if any), stamped at, for the background sender. When the
+// queue is full the next pass records it again.
+func (r *Reconciler) emit(st *clusterState, ev *pendingEvent, at time.Time) {
+	if ev == nil {
+		return
+	}
+	req := podEventReq{t: ev.t, ev: tenant.NewEvent(ev.ref, ev.kind, ev.reason, ev.msg, "fke.dev/autoscaler", at)}
 	select {
-	case r.podEvents <- podEventReq{t: t, ev: ev}:
+	case r.podEvents <- req:
 	default:
-		delete(st.podReasons, p.UID) // queue full: try again next pass
+		r.mu.Lock()
+		st.retry = append(st.retry, ev.ref.UID)
+		r.mu.Unlock()
 	}
 }
 

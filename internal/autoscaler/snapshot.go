@@ -27,9 +27,13 @@ type poolView struct {
 // BuildPools turns the autoscaled NodePools into decide.Pools (pure).
 // Machines that are not Ready (node missing, not Ready, or GPUs not yet
 // allocatable) count as Upcoming; so do machines the pool has yet to create
-// (spec.replicas above the machines that exist), so a scale-up already
-// decided is never decided again.
-func BuildPools(pools []*fkev1.NodePool, types map[string]*fkev1.InstanceType, machines []*fkev1.Machine, backoff map[string]time.Time) ([]decide.Pool, map[string]*poolView) {
+// (the desired size above the machines that exist), so a scale-up already
+// decided is never decided again. desired gives a pool's desired size; nil
+// means its spec.replicas.
+func BuildPools(pools []*fkev1.NodePool, types map[string]*fkev1.InstanceType, machines []*fkev1.Machine, backoff map[string]time.Time, desired func(*fkev1.NodePool) int) ([]decide.Pool, map[string]*poolView) {
+	if desired == nil {
+		desired = nodepool.DesiredReplicas
+	}
 	byPool := map[string][]*fkev1.Machine{}
 	for _, m := range machines {
 		byPool[m.Spec.NodePoolName] = append(byPool[m.Spec.NodePoolName], m)
@@ -42,7 +46,7 @@ func BuildPools(pools []*fkev1.NodePool, types map[string]*fkev1.InstanceType, m
 		if a == nil || it == nil || !np.DeletionTimestamp.IsZero() {
 			continue
 		}
-		v := &poolView{pool: np, it: it, desired: nodepool.DesiredReplicas(np)}
+		v := &poolView{pool: np, it: it, desired: desired(np)}
 		current, upcoming := 0, 0
 		for _, m := range byPool[np.Name] {
 			if !m.DeletionTimestamp.IsZero() {

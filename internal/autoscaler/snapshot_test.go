@@ -108,7 +108,7 @@ func TestNoDuplicateScaleUp(t *testing.T) {
 			for i := 0; i < tt.pending; i++ {
 				pods = append(pods, pendingGPUPod(i))
 			}
-			pools, _ := BuildPools([]*fkev1.NodePool{gpuPool(tt.replicas)}, types_(), machines, nil)
+			pools, _ := BuildPools([]*fkev1.NodePool{gpuPool(tt.replicas)}, types_(), machines, nil, nil)
 			snap := BuildSnapshot(nodes, GroupPods(pods), machines, decide.Limits{})
 			plan := decide.ScaleUp(snap, pools, decide.Expander{}, time.Now())
 			got := 0

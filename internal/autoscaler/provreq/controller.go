@@ -200,7 +200,7 @@ func (r *Reconciler) gather(ctx context.Context, cl *fkev1.Cluster, t *tenant.Te
 	if err != nil {
 		return nil, fmt.Errorf("listing pods: %w", err)
 	}
-	st.pools, _ = autoscaler.BuildPools(pools, itypes, machines, nil)
+	st.pools, _ = autoscaler.BuildPools(pools, itypes, machines, nil, nil)
 	for _, p := range st.pools {
 		st.replicas[p.Name] = nodepool.DesiredReplicas(st.nodePools[p.Name])
 	}
