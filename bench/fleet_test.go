@@ -154,7 +154,7 @@ type burstResult struct {
 	// benchmark's watch saw it so to the autoscaler's first decision that
 	// helps it: its first TriggeredScaleUp event (stamped with microseconds
 	// right after the pool was resized) or Nominated event (it fits a
-	// machine already coming up).
+	// machine already coming up, or a Ready node not yet untainted).
 	latencies []time.Duration
 	// seen is the number of pods ever seen unschedulable. The others were
 	// scheduled at their first try, onto nodes made for pods created earlier

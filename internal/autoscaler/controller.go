@@ -275,7 +275,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	expander := decide.Expander{Name: decide.ExpanderName(cl.Spec.Autoscaling.Expander)}
 	plan := decide.ScaleUp(snap, pools, expander, now)
 	decided := r.Clock.Now()
-	r.applyScaleUp(ctx, cl, in.tenant, plan, views, st, now)
+	r.applyScaleUp(ctx, cl, in.tenant, plan, views, st, StartingNodes(in.nodes, plan.Schedulable), now)
 	applied := r.Clock.Now()
 
 	requeue := scan
@@ -380,17 +380,24 @@ func (r *Reconciler) gather(ctx context.Context, cl *fkev1.Cluster) (*input, err
 
 // applyScaleUp asks for the pools' new sizes; pods and pools are told why
 // once each size is written (see resizer), so the pass does not wait for it.
-func (r *Reconciler) applyScaleUp(ctx context.Context, cl *fkev1.Cluster, t *tenant.Tenant, plan decide.ScaleUpPlan, views map[string]*poolView, st *clusterState, now time.Time) {
+func (r *Reconciler) applyScaleUp(ctx context.Context, cl *fkev1.Cluster, t *tenant.Tenant, plan decide.ScaleUpPlan, views map[string]*poolView, st *clusterState, starting map[string]bool, now time.Time) {
 	key := client.ObjectKeyFromObject(cl).String()
-	// A pod that fits a machine already coming up was helped by an earlier
-	// decision: say which pool it waits for (Karpenter's "Nominated").
+	// A pod that fits a machine already coming up, or a node that is Ready
+	// but not yet untainted (starting), was helped by an earlier decision:
+	// say what it waits for (Karpenter's "Nominated"). A pod that fits a
+	// usable node needs nothing: kube-scheduler will place it.
 	for _, pl := range plan.Schedulable {
-		if !pl.Upcoming {
+		var msg string
+		switch {
+		case pl.Upcoming:
+			msg = fmt.Sprintf("pod fits a node of pool %s that is coming up", pl.Pool)
+		case starting[pl.Node]:
+			msg = fmt.Sprintf("pod fits node %s of pool %s, which is coming up", pl.Node, pl.Pool)
+		default:
 			continue
 		}
 		measure(key, r.toMeasure(st, []*corev1.Pod{pl.Pod}), now)
-		r.emit(st, r.podEvent(t, st, pl.Pod, corev1.EventTypeNormal, "Nominated",
-			fmt.Sprintf("pod fits a node of pool %s that is coming up", pl.Pool)), now)
+		r.emit(st, r.podEvent(t, st, pl.Pod, corev1.EventTypeNormal, "Nominated", msg), now)
 	}
 	for _, inc := range plan.Increases {
 		v := views[inc.Pool]

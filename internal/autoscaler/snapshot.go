@@ -138,21 +138,51 @@ func BuildSnapshot(nodes []*corev1.Node, pods PodGroups, machines []*fkev1.Machi
 	return s
 }
 
+// StartingNodes returns the nodes, among those placements put pods on, that
+// still carry a startup taint (pure): their machines are Ready, so the
+// simulation counts them as capacity, but kube-scheduler cannot use them
+// until kube-controller-manager removes the taint. A pod placed there waits
+// for a node that is coming up.
+func StartingNodes(nodes []*corev1.Node, placements []decide.PodPlacement) map[string]bool {
+	wanted := map[string]bool{}
+	for _, pl := range placements {
+		if !pl.Upcoming {
+			wanted[pl.Node] = true
+		}
+	}
+	if len(wanted) == 0 {
+		return nil
+	}
+	starting := map[string]bool{}
+	for _, n := range nodes {
+		if wanted[n.Name] && hasStartupTaint(n) {
+			starting[n.Name] = true
+		}
+	}
+	return starting
+}
+
+func hasStartupTaint(n *corev1.Node) bool {
+	for _, t := range n.Spec.Taints {
+		if t.Key == corev1.TaintNodeNotReady || t.Key == corev1.TaintNodeUnreachable {
+			return true
+		}
+	}
+	return false
+}
+
 // withoutStartupTaints drops the not-ready and unreachable taints that
 // kube-controller-manager removes shortly after a node turns Ready: a ready
 // machine's node is capacity now, not a reason to grow the pool again.
 func withoutStartupTaints(n *corev1.Node) *corev1.Node {
-	var keep []corev1.Taint
-	changed := false
-	for _, t := range n.Spec.Taints {
-		if t.Key == corev1.TaintNodeNotReady || t.Key == corev1.TaintNodeUnreachable {
-			changed = true
-			continue
-		}
-		keep = append(keep, t)
-	}
-	if !changed {
+	if !hasStartupTaint(n) {
 		return n
+	}
+	var keep []corev1.Taint
+	for _, t := range n.Spec.Taints {
+		if t.Key != corev1.TaintNodeNotReady && t.Key != corev1.TaintNodeUnreachable {
+			keep = append(keep, t)
+		}
 	}
 	// A shallow copy: the decision code only reads nodes, and the labels,
 	// status and the rest stay shared with the informer's object.

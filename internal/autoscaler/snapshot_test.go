@@ -191,3 +191,47 @@ func TestWithPlacements(t *testing.T) {
 		t.Fatal("the original snapshot was modified")
 	}
 }
+
+// TestStartingNodes: a pending pod placed on a Ready node that still has
+// the not-ready taint waits for that node to come up; one placed on an
+// untainted node or an upcoming machine does not make the node starting.
+func TestStartingNodes(t *testing.T) {
+	node := func(name string, taints ...string) *corev1.Node {
+		n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}}
+		for _, k := range taints {
+			n.Spec.Taints = append(n.Spec.Taints, corev1.Taint{Key: k, Effect: corev1.TaintEffectNoSchedule})
+		}
+		return n
+	}
+	nodes := []*corev1.Node{
+		node("fresh", corev1.TaintNodeNotReady),
+		node("lost", corev1.TaintNodeUnreachable),
+		node("open"),
+		node("gpu-only", "nvidia.com/gpu"),
+		node("fresh-unused", corev1.TaintNodeNotReady),
+	}
+	tests := []struct {
+		name       string
+		placements []decide.PodPlacement
+		want       []string
+	}{
+		{"nothing placed", nil, nil},
+		{"placed on a node still tainted not-ready", []decide.PodPlacement{{Node: "fresh", Pool: "gpu"}}, []string{"fresh"}},
+		{"placed on a node tainted unreachable", []decide.PodPlacement{{Node: "lost", Pool: "gpu"}}, []string{"lost"}},
+		{"placed on usable nodes", []decide.PodPlacement{{Node: "open"}, {Node: "gpu-only"}}, nil},
+		{"placed on an upcoming machine", []decide.PodPlacement{{Node: "upcoming-gpu-0", Pool: "gpu", Upcoming: true}}, nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := StartingNodes(nodes, tt.placements)
+			if len(got) != len(tt.want) {
+				t.Fatalf("starting %v, want %v", got, tt.want)
+			}
+			for _, n := range tt.want {
+				if !got[n] {
+					t.Fatalf("starting %v, want %v", got, tt.want)
+				}
+			}
+		})
+	}
+}
