@@ -382,6 +382,7 @@ func (r *Reconciler) gather(ctx context.Context, cl *fkev1.Cluster) (*input, err
 // once each size is written (see resizer), so the pass does not wait for it.
 func (r *Reconciler) applyScaleUp(ctx context.Context, cl *fkev1.Cluster, t *tenant.Tenant, plan decide.ScaleUpPlan, views map[string]*poolView, st *clusterState, starting map[string]bool, now time.Time) {
 	key := client.ObjectKeyFromObject(cl).String()
+	decided := r.Clock.Now()
 	// A pod that fits a machine already coming up, or a node that is Ready
 	// but not yet untainted (starting), was helped by an earlier decision:
 	// say what it waits for (Karpenter's "Nominated"). A pod that fits a
@@ -391,13 +392,15 @@ func (r *Reconciler) applyScaleUp(ctx context.Context, cl *fkev1.Cluster, t *ten
 		switch {
 		case pl.Upcoming:
 			msg = fmt.Sprintf("pod fits a node of pool %s that is coming up", pl.Pool)
-		case starting[pl.Node]:
+		case starting[pl.Node] && pl.Pool != "":
 			msg = fmt.Sprintf("pod fits node %s of pool %s, which is coming up", pl.Node, pl.Pool)
+		case starting[pl.Node]:
+			msg = fmt.Sprintf("pod fits node %s, which is coming up", pl.Node)
 		default:
 			continue
 		}
-		measure(key, r.toMeasure(st, []*corev1.Pod{pl.Pod}), now)
-		r.emit(st, r.podEvent(t, st, pl.Pod, corev1.EventTypeNormal, "Nominated", msg), now)
+		measure(key, st.toMeasure([]*corev1.Pod{pl.Pod}), decided)
+		r.emit(st, r.podEvent(t, st, pl.Pod, corev1.EventTypeNormal, "Nominated", msg), decided)
 	}
 	for _, inc := range plan.Increases {
 		v := views[inc.Pool]
@@ -417,7 +420,7 @@ func (r *Reconciler) applyScaleUp(ctx context.Context, cl *fkev1.Cluster, t *ten
 		for _, p := range inc.Pods {
 			events = append(events, r.podEvent(t, st, p, corev1.EventTypeNormal, "TriggeredScaleUp", msg))
 		}
-		pods := r.toMeasure(st, inc.Pods)
+		pods := st.toMeasure(inc.Pods)
 		pool, waiting := inc.Pool, inc.Pods
 		r.resize(cl, v.pool, from, to, reason, now, func(_ context.Context, np *fkev1.NodePool, at time.Time) {
 			scaleUps.WithLabelValues(key, pool).Add(float64(to - from))
@@ -430,7 +433,7 @@ func (r *Reconciler) applyScaleUp(ctx context.Context, cl *fkev1.Cluster, t *ten
 		v.desired = to
 	}
 	for _, pr := range plan.NotTriggerScaleUp {
-		r.emit(st, r.podEvent(t, st, pr.Pod, corev1.EventTypeNormal, "NotTriggerScaleUp", pr.Reason), now)
+		r.emit(st, r.podEvent(t, st, pr.Pod, corev1.EventTypeNormal, "NotTriggerScaleUp", pr.Reason), decided)
 	}
 }
 
@@ -464,7 +467,7 @@ func (r *Reconciler) writeDecision(ctx context.Context, rec decisionRecord) {
 
 // toMeasure returns the pods whose decision latency is not yet recorded,
 // and marks them recorded.
-func (r *Reconciler) toMeasure(st *clusterState, pods []*corev1.Pod) []*corev1.Pod {
+func (st *clusterState) toMeasure(pods []*corev1.Pod) []*corev1.Pod {
 	var out []*corev1.Pod
 	for _, p := range pods {
 		if !st.measured[p.UID] {
