@@ -172,10 +172,7 @@ func (r *Reconciler) PodHandler(clusterKey string, pod *corev1.Pod) {
 	if err != nil || ns == "" {
 		return
 	}
-	select {
-	case r.Events <- event.GenericEvent{Object: &fkev1.Cluster{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}}}:
-	default:
-	}
+	r.wake(ns, name)
 }
 
 // boundNotStarted reports whether kube-scheduler bound p and it has not
@@ -421,7 +418,11 @@ func (r *Reconciler) applyScaleUp(ctx context.Context, cl *fkev1.Cluster, t *ten
 			events = append(events, r.podEvent(t, st, p, corev1.EventTypeNormal, "TriggeredScaleUp", msg))
 		}
 		pods := st.toMeasure(inc.Pods)
-		pool, waiting := inc.Pool, inc.Pods
+		pool := inc.Pool
+		waiting := make([]types.UID, len(inc.Pods))
+		for i, p := range inc.Pods {
+			waiting[i] = p.UID
+		}
 		r.resize(cl, v.pool, from, to, reason, now, func(_ context.Context, np *fkev1.NodePool, at time.Time) {
 			scaleUps.WithLabelValues(key, pool).Add(float64(to - from))
 			measure(key, pods, at)
@@ -429,7 +430,7 @@ func (r *Reconciler) applyScaleUp(ctx context.Context, cl *fkev1.Cluster, t *ten
 				r.emit(st, ev, at)
 			}
 			r.Recorder.Eventf(np, nil, corev1.EventTypeNormal, "TriggeredScaleUp", "ScaleUp", "%s (%d → %d)", reason, from, to)
-		}, func() { r.retryLater(st, waiting) })
+		}, func() { r.retryLater(st, waiting...) })
 		v.desired = to
 	}
 	for _, pr := range plan.NotTriggerScaleUp {
@@ -487,12 +488,10 @@ func measure(key string, pods []*corev1.Pod, at time.Time) {
 }
 
 // retryLater makes the next pass record the pods' events and latency again
-// (their scale-up was not written).
-func (r *Reconciler) retryLater(st *clusterState, pods []*corev1.Pod) {
+// (their scale-up was not written, or an event was not queued).
+func (r *Reconciler) retryLater(st *clusterState, pods ...types.UID) {
 	r.mu.Lock()
-	for _, p := range pods {
-		st.retry = append(st.retry, p.UID)
-	}
+	st.retry = append(st.retry, pods...)
 	r.mu.Unlock()
 }
 
@@ -593,7 +592,7 @@ func (r *Reconciler) resize(cl *fkev1.Cluster, np *fkev1.NodePool, from, to int,
 			if failed != nil {
 				failed()
 			}
-			r.wake(cl)
+			r.wake(cl.Namespace, cl.Name)
 			return
 		}
 		if done != nil {
@@ -603,10 +602,11 @@ func (r *Reconciler) resize(cl *fkev1.Cluster, np *fkev1.NodePool, from, to int,
 	})
 }
 
-// wake asks for a pass over the cluster.
-func (r *Reconciler) wake(cl *fkev1.Cluster) {
+// wake asks for a pass over the cluster namespace/name; when the queue is
+// full, a pass is coming anyway.
+func (r *Reconciler) wake(namespace, name string) {
 	select {
-	case r.Events <- event.GenericEvent{Object: &fkev1.Cluster{ObjectMeta: metav1.ObjectMeta{Namespace: cl.Namespace, Name: cl.Name}}}:
+	case r.Events <- event.GenericEvent{Object: &fkev1.Cluster{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name}}}:
 	default:
 	}
 }
@@ -712,9 +712,7 @@ func (r *Reconciler) emit(st *clusterState, ev *pendingEvent, at time.Time) {
 	select {
 	case r.podEvents <- req:
 	default:
-		r.mu.Lock()
-		st.retry = append(st.retry, ev.ref.UID)
-		r.mu.Unlock()
+		r.retryLater(st, ev.ref.UID)
 	}
 }
 

@@ -87,7 +87,7 @@ func TestFailedResizeIsDecidedAgain(t *testing.T) {
 	}
 	done := false
 	r.resize(cl, np, 1, 2, "test", time.Now(), func(context.Context, *fkev1.NodePool, time.Time) { done = true },
-		func() { r.retryLater(st, []*corev1.Pod{pod}) })
+		func() { r.retryLater(st, pod.UID) })
 	r.resizer.writeNext(context.Background())
 	if done {
 		t.Fatal("done ran for a size that was not written")

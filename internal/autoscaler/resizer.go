@@ -2,7 +2,6 @@ package autoscaler
 
 import (
 	"context"
-	"fmt"
 	"sync"
 	"time"
 
@@ -43,6 +42,8 @@ type resizer struct {
 
 // resizeState is what the resizer knows of one pool.
 type resizeState struct {
+	// np is the pool as last asked for (a copy), the base of the patch.
+	np *fkev1.NodePool
 	to int
 	// queued: to is waiting for the writer; writing: a patch is in flight.
 	queued, writing bool
@@ -61,7 +62,7 @@ func newResizer(c client.Client, clk clock.PassiveClock) *resizer {
 func (z *resizer) Desired(np *fkev1.NodePool) int {
 	z.mu.Lock()
 	defer z.mu.Unlock()
-	key := apitypes.NamespacedName{Namespace: np.Namespace, Name: np.Name}
+	key := client.ObjectKeyFromObject(np)
 	s := z.pools[key]
 	if s == nil {
 		return nodepool.DesiredReplicas(np)
@@ -77,13 +78,13 @@ func (z *resizer) Desired(np *fkev1.NodePool) int {
 // called from the writer once the size is written or has failed.
 func (z *resizer) Resize(np *fkev1.NodePool, to int, done resizeDone) {
 	z.mu.Lock()
-	key := apitypes.NamespacedName{Namespace: np.Namespace, Name: np.Name}
+	key := client.ObjectKeyFromObject(np)
 	s := z.pools[key]
 	if s == nil {
 		s = &resizeState{}
 		z.pools[key] = s
 	}
-	s.to = to
+	s.np, s.to = np.DeepCopy(), to
 	if done != nil {
 		s.done = append(s.done, done)
 	}
@@ -122,18 +123,14 @@ func (z *resizer) writeNext(ctx context.Context) bool {
 	z.queue = z.queue[1:]
 	s := z.pools[key]
 	s.queued, s.writing = false, true
-	to, done := s.to, s.done
-	s.done = nil
+	np, to, done := s.np, s.to, s.done
+	s.np, s.done = nil, nil
 	z.mu.Unlock()
 
-	np := &fkev1.NodePool{}
-	np.Namespace, np.Name = key.Namespace, key.Name
-	patch := client.RawPatch(apitypes.MergePatchType, fmt.Appendf(nil, `{"spec":{"replicas":%d}}`, to))
-	err := z.c.Patch(ctx, np, patch)
+	_, err := setReplicas(ctx, z.c, np, to)
 	at := z.clock.Now()
 	if err != nil {
-		err = fmt.Errorf("resizing node pool %s to %d: %w", key.Name, to, err)
-		logr.FromContextOrDiscard(ctx).Error(err, "resize failed")
+		logr.FromContextOrDiscard(ctx).Error(err, "resize failed", "to", to)
 		np = nil
 	}
 

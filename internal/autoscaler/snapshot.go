@@ -1,6 +1,7 @@
 package autoscaler
 
 import (
+	"slices"
 	"strconv"
 	"time"
 
@@ -163,12 +164,13 @@ func StartingNodes(nodes []*corev1.Node, placements []decide.PodPlacement) map[s
 }
 
 func hasStartupTaint(n *corev1.Node) bool {
-	for _, t := range n.Spec.Taints {
-		if t.Key == corev1.TaintNodeNotReady || t.Key == corev1.TaintNodeUnreachable {
-			return true
-		}
-	}
-	return false
+	return slices.ContainsFunc(n.Spec.Taints, isStartupTaint)
+}
+
+// isStartupTaint reports whether t is one of the taints a node carries
+// until kube-controller-manager sees it Ready and reachable.
+func isStartupTaint(t corev1.Taint) bool {
+	return t.Key == corev1.TaintNodeNotReady || t.Key == corev1.TaintNodeUnreachable
 }
 
 // withoutStartupTaints drops the not-ready and unreachable taints that
@@ -178,12 +180,7 @@ func withoutStartupTaints(n *corev1.Node) *corev1.Node {
 	if !hasStartupTaint(n) {
 		return n
 	}
-	var keep []corev1.Taint
-	for _, t := range n.Spec.Taints {
-		if t.Key != corev1.TaintNodeNotReady && t.Key != corev1.TaintNodeUnreachable {
-			keep = append(keep, t)
-		}
-	}
+	keep := slices.DeleteFunc(slices.Clone(n.Spec.Taints), isStartupTaint)
 	// A shallow copy: the decision code only reads nodes, and the labels,
 	// status and the rest stay shared with the informer's object.
 	c := *n
