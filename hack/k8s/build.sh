@@ -34,6 +34,7 @@ all=(
   "kube-scheduler|.|k8s.io/kubernetes/cmd/kube-scheduler"
   "kubelet|.|k8s.io/kubernetes/cmd/kubelet"
   "kubectl|.|k8s.io/kubernetes/cmd/kubectl"
+  "kube-proxy|.|k8s.io/kubernetes/cmd/kube-proxy"
   "kwok|kwok|sigs.k8s.io/kwok/cmd/kwok"
 )
 
