@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -29,8 +30,10 @@ import (
 	"fke.dev/fke/internal/controller/machine"
 	"fke.dev/fke/internal/controller/nodepool"
 	"fke.dev/fke/internal/controlplane/local"
+	"fke.dev/fke/internal/hostnet"
 	"fke.dev/fke/internal/nodeprovider"
 	"fke.dev/fke/internal/nodeprovider/kwok"
+	localnodes "fke.dev/fke/internal/nodeprovider/local"
 	"fke.dev/fke/internal/tenant"
 )
 
@@ -47,6 +50,18 @@ type Options struct {
 	// MetricsAddr serves Prometheus metrics ("0" disables).
 	MetricsAddr string
 	Logger      *slog.Logger
+	// LocalNodes configure the local node provider.
+	LocalNodes LocalNodeOptions
+}
+
+// LocalNodeOptions configure the local node provider.
+type LocalNodeOptions struct {
+	// PauseImage is the nodes' sandbox image.
+	PauseImage string
+	// Registry is host:port of the registry nodes pull from.
+	Registry string
+	// Images are image archives imported into every node.
+	Images []string
 }
 
 // Scheme returns a scheme with the built-in kinds, the fke.dev kinds and the
@@ -117,6 +132,16 @@ func Run(ctx context.Context, opts Options) error {
 
 	kwokProvider := kwok.New(kwok.Options{DataDir: filepath.Join(opts.DataDir, "clusters"), Binaries: opts.Binaries, Logger: log.With("component", "kwok")})
 	providers := map[fkev1.ProviderName]nodeprovider.Provider{fkev1.ProviderKwok: kwokProvider}
+	if lp := localProvider(ctx, opts, log); lp != nil {
+		providers[fkev1.ProviderLocal] = lp
+		defer func() {
+			stopCtx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			if err := lp.StopAll(stopCtx); err != nil {
+				log.Error("stopping local nodes", "error", err)
+			}
+		}()
+	}
 	defer func() {
 		stopCtx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
@@ -167,6 +192,42 @@ func Run(ctx context.Context, opts Options) error {
 		return fmt.Errorf("running manager: %w", err)
 	}
 	return nil
+}
+
+// Environment of fke-manager (passed on by `fke up`) for local nodes until
+// the registry serves their images: the sandbox image's name, and image
+// archives (comma-separated paths) imported into every local node.
+const (
+	EnvNodePauseImage = "FKE_NODE_PAUSE_IMAGE"
+	EnvNodeImages     = "FKE_NODE_IMAGES"
+)
+
+// localProvider returns the local node provider when this host can run
+// local nodes (root, containerd, runc, CNI plugins, ...; see `fke doctor`),
+// else nil, logging why.
+func localProvider(ctx context.Context, opts Options, log *slog.Logger) *localnodes.Provider {
+	log = log.With("component", "local-nodes")
+	host := hostnet.New(nil, log)
+	if err := localnodes.Unavailable(localnodes.Checks(ctx, opts.Binaries, host)); err != nil {
+		log.Info("local node provider not available; `fke doctor` says why", "reason", err.Error())
+		return nil
+	}
+	lo := opts.LocalNodes
+	if lo.PauseImage == "" {
+		lo.PauseImage = os.Getenv(EnvNodePauseImage)
+	}
+	if len(lo.Images) == 0 && os.Getenv(EnvNodeImages) != "" {
+		lo.Images = strings.Split(os.Getenv(EnvNodeImages), ",")
+	}
+	p, err := localnodes.New(localnodes.Options{
+		DataDir: opts.DataDir, Binaries: opts.Binaries, Logger: log, Host: host,
+		PauseImage: lo.PauseImage, Registry: lo.Registry, Images: lo.Images,
+	})
+	if err != nil {
+		log.Error("local node provider not available", "error", err)
+		return nil
+	}
+	return p
 }
 
 // ServerVersion asks the API server at endpoint (with kubeconfig) for its version.

@@ -1,5 +1,6 @@
 // Package nodeprovider defines how worker nodes are made. Implementations:
-// kwok/ (simulated nodes), fake/ (unit tests); local/ (real nodes) later.
+// kwok/ (simulated nodes), local/ (real nodes on this machine: kubelet and
+// containerd in their own namespaces), fake/ (unit tests).
 // The shape follows Karpenter's CloudProvider.
 package nodeprovider
 
@@ -24,6 +25,43 @@ type Cluster struct {
 	Config *rest.Config
 	// PodCIDR is the cluster's pod range.
 	PodCIDR string
+	// ServiceCIDR is the cluster's Service range.
+	ServiceCIDR string
+	// Version is the control plane's Kubernetes version (v1.37.2).
+	Version string
+	// Join is what a real node needs to join the cluster; nil when the
+	// cluster cannot take real nodes. Providers that register Nodes
+	// themselves (kwok, fake) ignore it.
+	Join *Join
+}
+
+// Join is what a real node needs to join a cluster, as kubeadm's join
+// configuration: where the API server is, how to trust it, and a credential.
+type Join struct {
+	// Server is the API server URL nodes reach, e.g. https://172.29.0.1:6443.
+	Server string
+	// TLSServerName is the name nodes verify in the API server's serving
+	// certificate; empty means the host of Server.
+	TLSServerName string
+	// CAPEM is the cluster CA (PEM).
+	CAPEM []byte
+	// DNSIP is the cluster DNS Service's address, given to the kubelets.
+	DNSIP string
+	// Credentials issues the nodes' credentials.
+	Credentials Credentials
+}
+
+// Credentials issues what the nodes of one cluster present to its API server.
+type Credentials interface {
+	// KubeletKubeconfig returns the kubeconfig the kubelet of node nodeName
+	// of pool starts with. With bootstrap true it is a bootstrap-token
+	// kubeconfig: the kubelet requests its client certificate through a CSR
+	// (TLS bootstrap). Otherwise it holds a client certificate of
+	// system:node:<nodeName> in system:nodes.
+	KubeletKubeconfig(ctx context.Context, pool, nodeName string) (kubeconfig []byte, bootstrap bool, err error)
+	// ProxyKubeconfig returns the kubeconfig of the nodes' kube-proxy
+	// (user system:kube-proxy, bound to system:node-proxier).
+	ProxyKubeconfig(ctx context.Context) ([]byte, error)
 }
 
 // NodeSpec is what a Machine asks a provider to make.
@@ -47,7 +85,25 @@ type Instance struct {
 	NodeName string
 	// MachineName is the Machine the instance was made for.
 	MachineName string
+	// State is where the instance is in its life; providers whose nodes are
+	// up as soon as Create returns report InstanceRunning.
+	State InstanceState
+	// Message says why, when State is InstanceFailed or InstancePending.
+	Message string
 }
+
+// InstanceState is where an instance is in its life.
+type InstanceState string
+
+const (
+	// InstancePending: the instance is being made (processes start).
+	InstancePending InstanceState = "Pending"
+	// InstanceRunning: the instance runs (its Node may not be Ready yet).
+	InstanceRunning InstanceState = "Running"
+	// InstanceFailed: the instance cannot run; Message says why. It stays
+	// until it is deleted.
+	InstanceFailed InstanceState = "Failed"
+)
 
 // Provider makes and removes worker nodes of tenant clusters.
 type Provider interface {
@@ -61,7 +117,10 @@ type Provider interface {
 	// Delete removes the instance (and its Node). Idempotent: deleting a gone
 	// instance returns a *NotFoundError, which callers treat as success.
 	Delete(ctx context.Context, cluster Cluster, providerID string) error
-	// Get returns the instance with providerID, or a *NotFoundError.
+	// Get returns the instance with providerID, or a *NotFoundError. Its
+	// State tells a launch that failed after Create returned. Providers that
+	// run processes for an instance (local) start them again here when they
+	// are not running (after a manager restart).
 	Get(ctx context.Context, cluster Cluster, providerID string) (Instance, error)
 	// List returns every instance the provider made in cluster.
 	List(ctx context.Context, cluster Cluster) ([]Instance, error)

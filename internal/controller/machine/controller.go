@@ -25,8 +25,11 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	fkev1 "fke.dev/fke/api/v1alpha1"
+	clusterctrl "fke.dev/fke/internal/controller/cluster"
+	"fke.dev/fke/internal/nodejoin"
 	"fke.dev/fke/internal/nodeprovider"
 	"fke.dev/fke/internal/nodetemplate"
+	"fke.dev/fke/internal/pki"
 	"fke.dev/fke/internal/tenant"
 )
 
@@ -151,13 +154,23 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.
 		setCondition(m, fkev1.ConditionReady, metav1.ConditionUnknown, fkev1.ReasonInternalError, err.Error())
 		return ctrl.Result{}, err
 	}
-	pc := ProviderCluster(cl, t)
+	pc := r.providerCluster(cl, t)
 
 	if m.Status.ProviderID == "" {
 		if res, done := r.provision(ctx, m, cl, it, provider, pc); done {
 			return res, nil
 		}
-	} else if _, err := provider.Get(ctx, pc, m.Status.ProviderID); err != nil {
+	} else if inst, err := provider.Get(ctx, pc, m.Status.ProviderID); err == nil && inst.State == nodeprovider.InstanceFailed {
+		// A launch that failed after Create returned: say why; the machine
+		// stays until it is deleted (the pool replaces unhealthy machines).
+		if m.Status.Phase != fkev1.MachineFailed {
+			r.Recorder.Eventf(m, nil, corev1.EventTypeWarning, "InstanceFailed", "Observe", "instance %s failed: %s", inst.ProviderID, inst.Message)
+		}
+		setCondition(m, fkev1.ConditionProvisioned, metav1.ConditionFalse, ReasonInstanceFailed, inst.Message)
+		setCondition(m, fkev1.ConditionReady, metav1.ConditionFalse, ReasonInstanceFailed, inst.Message)
+		m.Status.Phase = fkev1.MachineFailed
+		return ctrl.Result{RequeueAfter: requeueNotReady}, nil
+	} else if err != nil {
 		// Get also makes sure what the provider runs for the cluster is up
 		// (after a manager restart). An instance that vanished is replaced.
 		if !nodeprovider.IsNotFound(err) {
@@ -237,9 +250,44 @@ func (r *Reconciler) fail(m *fkev1.Machine, reason, msg string) ctrl.Result {
 	return ctrl.Result{RequeueAfter: 30 * time.Second}
 }
 
-// ProviderCluster describes a tenant cluster to a node provider.
+// ReasonInstanceFailed: the provider reports the machine's instance failed.
+const ReasonInstanceFailed = "InstanceFailed"
+
+// ProviderCluster describes a tenant cluster to a node provider, without a
+// way for real nodes to join (see Reconciler.providerCluster).
 func ProviderCluster(cl *fkev1.Cluster, t *tenant.Tenant) nodeprovider.Cluster {
-	return nodeprovider.Cluster{Key: client.ObjectKeyFromObject(cl).String(), Name: cl.Name, Config: t.Config, PodCIDR: cl.Spec.Network.PodCIDR}
+	return nodeprovider.Cluster{
+		Key: client.ObjectKeyFromObject(cl).String(), Name: cl.Name, Config: t.Config,
+		PodCIDR: cl.Spec.Network.PodCIDR, ServiceCIDR: cl.Spec.Network.ServiceCIDR, Version: cl.Status.Version,
+	}
+}
+
+// providerCluster is ProviderCluster with the join of real nodes: the API
+// server at the host bridge's gateway, the cluster CA, and node
+// credentials signed by the CA from the cluster's PKI Secret.
+func (r *Reconciler) providerCluster(cl *fkev1.Cluster, t *tenant.Tenant) nodeprovider.Cluster {
+	pc := ProviderCluster(cl, t)
+	if t.Config == nil || len(t.Config.CAData) == 0 {
+		return pc
+	}
+	server, err := nodejoin.NodeServer(t.Config.Host)
+	if err != nil {
+		return pc
+	}
+	creds := &nodejoin.CertCredentials{
+		ClusterName: cl.Name, Server: server, TLSServerName: nodejoin.ServerName,
+		CA: func(ctx context.Context) (*pki.KeyPair, error) {
+			s := &corev1.Secret{}
+			if err := r.Client.Get(ctx, client.ObjectKey{Namespace: cl.Namespace, Name: clusterctrl.PKISecretName(cl.Name)}, s); err != nil {
+				return nil, err
+			}
+			return pki.Bundle(s.Data).KeyPair(pki.CA)
+		},
+	}
+	if join, err := nodejoin.Join(t.Config.Host, t.Config.CAData, cl.Spec.Network.ServiceCIDR, creds); err == nil {
+		pc.Join = join
+	}
+	return pc
 }
 
 func setCondition(m *fkev1.Machine, t string, s metav1.ConditionStatus, reason, msg string) {

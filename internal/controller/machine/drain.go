@@ -49,7 +49,7 @@ func (r *Reconciler) finalize(ctx context.Context, m *fkev1.Machine, clusterGone
 			return ctrl.Result{RequeueAfter: time.Second}, nil
 		}
 		if p, ok := r.Providers[m.Spec.Provider]; ok {
-			if err := p.Delete(ctx, ProviderCluster(cl, t), m.Status.ProviderID); err != nil && !isNotFound(err) {
+			if err := p.Delete(ctx, r.providerCluster(cl, t), m.Status.ProviderID); err != nil && !isNotFound(err) {
 				return ctrl.Result{}, fmt.Errorf("deleting instance %s: %w", m.Status.ProviderID, err)
 			}
 		}

@@ -220,6 +220,7 @@ func (p *Provider) createLocked(cluster nodeprovider.Cluster, spec nodeprovider.
 		ProviderID:  ProviderID(cluster.Name, nodeName),
 		NodeName:    nodeName,
 		MachineName: spec.MachineName,
+		State:       nodeprovider.InstanceRunning,
 	}
 	instances := p.clusterLocked(cluster.Key)
 	if other, ok := instances[in.ProviderID]; ok {

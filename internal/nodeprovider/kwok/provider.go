@@ -457,6 +457,7 @@ func instanceOf(node *corev1.Node) nodeprovider.Instance {
 		ProviderID:  node.Spec.ProviderID,
 		NodeName:    node.Name,
 		MachineName: node.Annotations[AnnotationMachine],
+		State:       nodeprovider.InstanceRunning,
 	}
 }
 

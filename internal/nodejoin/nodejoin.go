@@ -1,0 +1,138 @@
+// Package nodejoin says how real nodes join a tenant cluster: the address
+// they reach its API server at, the CA they trust, the DNS address they give
+// pods, and the credentials their kubelet and kube-proxy start with.
+package nodejoin
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"net/url"
+	"strconv"
+
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+
+	"fke.dev/fke/internal/hostnet"
+	"fke.dev/fke/internal/nodeprovider"
+	"fke.dev/fke/internal/pki"
+)
+
+// Users of the node credentials (the API server's default RBAC binds
+// system:nodes through the Node authorizer and system:kube-proxy to
+// system:node-proxier).
+const (
+	NodesGroup     = "system:nodes"
+	NodeUserPrefix = "system:node:"
+	KubeProxyUser  = "system:kube-proxy"
+)
+
+// ServerName is the name nodes verify in the API server's certificate; the
+// serving certificate always covers it.
+const ServerName = "kubernetes"
+
+// NodeServer returns the API server URL nodes use: the gateway of the host
+// bridge at the loopback port of endpoint (hostnet exposes it there).
+func NodeServer(endpoint string) (string, error) {
+	u, err := url.Parse(endpoint)
+	if err != nil || u.Port() == "" {
+		return "", fmt.Errorf("API server endpoint %q has no port", endpoint)
+	}
+	return "https://" + hostnet.Gateway.String() + ":" + u.Port(), nil
+}
+
+// DNSIP returns the cluster DNS address of a Service range: its 10th address.
+func DNSIP(serviceCIDR string) (string, error) {
+	p, err := netip.ParsePrefix(serviceCIDR)
+	if err != nil {
+		return "", fmt.Errorf("service range %q: %w", serviceCIDR, err)
+	}
+	a := p.Masked().Addr()
+	for range 10 {
+		a = a.Next()
+	}
+	if !p.Contains(a) {
+		return "", fmt.Errorf("service range %s has no 10th address", serviceCIDR)
+	}
+	return a.String(), nil
+}
+
+// CALoader returns the cluster CA with its key.
+type CALoader func(ctx context.Context) (*pki.KeyPair, error)
+
+// CertCredentials issues client certificates signed by the cluster CA:
+// system:node:<name> in system:nodes for kubelets, system:kube-proxy for
+// kube-proxy. It is the path for nodes the manager makes itself; nodes
+// that join from elsewhere use bootstrap tokens.
+type CertCredentials struct {
+	ClusterName   string
+	Server        string
+	TLSServerName string
+	CA            CALoader
+}
+
+var _ nodeprovider.Credentials = (*CertCredentials)(nil)
+
+// KubeletKubeconfig returns a client-certificate kubeconfig of system:node:<nodeName>.
+func (c *CertCredentials) KubeletKubeconfig(ctx context.Context, _, nodeName string) ([]byte, bool, error) {
+	kc, err := c.issue(ctx, NodeUserPrefix+nodeName, NodesGroup)
+	return kc, false, err
+}
+
+// ProxyKubeconfig returns a client-certificate kubeconfig of system:kube-proxy.
+func (c *CertCredentials) ProxyKubeconfig(ctx context.Context) ([]byte, error) {
+	return c.issue(ctx, KubeProxyUser)
+}
+
+func (c *CertCredentials) issue(ctx context.Context, user string, groups ...string) ([]byte, error) {
+	ca, err := c.CA(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("loading the CA of cluster %s: %w", c.ClusterName, err)
+	}
+	kp, err := ca.Issue(pki.CertSpec{CommonName: user, Organization: groups, Usages: pki.UsageClient})
+	if err != nil {
+		return nil, fmt.Errorf("issuing a certificate for %s: %w", user, err)
+	}
+	return Kubeconfig(c.ClusterName, c.Server, c.TLSServerName, ca.CertPEM(), &clientcmdapi.AuthInfo{
+		ClientCertificateData: kp.CertPEM(), ClientKeyData: kp.KeyPEM(),
+	})
+}
+
+// Kubeconfig renders a kubeconfig for server, trusting caPEM and verifying
+// serverName, with the credentials of auth.
+func Kubeconfig(clusterName, server, serverName string, caPEM []byte, auth *clientcmdapi.AuthInfo) ([]byte, error) {
+	cfg := clientcmdapi.NewConfig()
+	cfg.Clusters[clusterName] = &clientcmdapi.Cluster{Server: server, CertificateAuthorityData: caPEM, TLSServerName: serverName}
+	cfg.AuthInfos["node"] = auth
+	cfg.Contexts["node@"+clusterName] = &clientcmdapi.Context{Cluster: clusterName, AuthInfo: "node"}
+	cfg.CurrentContext = "node@" + clusterName
+	data, err := clientcmd.Write(*cfg)
+	if err != nil {
+		return nil, fmt.Errorf("writing kubeconfig for %s: %w", clusterName, err)
+	}
+	return data, nil
+}
+
+// Join returns the join of a cluster whose API server listens at endpoint
+// on loopback, with CA caPEM, Service range serviceCIDR and node
+// credentials creds.
+func Join(endpoint string, caPEM []byte, serviceCIDR string, creds nodeprovider.Credentials) (*nodeprovider.Join, error) {
+	server, err := NodeServer(endpoint)
+	if err != nil {
+		return nil, err
+	}
+	dns, err := DNSIP(serviceCIDR)
+	if err != nil {
+		return nil, err
+	}
+	return &nodeprovider.Join{Server: server, TLSServerName: ServerName, CAPEM: caPEM, DNSIP: dns, Credentials: creds}, nil
+}
+
+// PortOf returns the port of a URL.
+func PortOf(endpoint string) (int, error) {
+	u, err := url.Parse(endpoint)
+	if err != nil {
+		return 0, err
+	}
+	return strconv.Atoi(u.Port())
+}
