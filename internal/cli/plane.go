@@ -66,7 +66,19 @@ func newDownCmd(g *globals) *cobra.Command {
 		Short: "Stop the local management plane and every cluster it runs",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			err := localplane.Down(cmd.Context(), g.dataDir, purge)
+			err := localplane.Down(cmd.Context(), g.dataDir, false)
+			if rerr := removeLocalNodes(cmd.Context(), g); rerr != nil {
+				return rerr
+			}
+			if purge {
+				if perr := os.RemoveAll(g.dataDir); perr != nil {
+					return fmt.Errorf("removing %s: %w", g.dataDir, perr)
+				}
+				if errors.Is(err, localplane.ErrNotRunning) {
+					fmt.Fprintf(g.out, "removed %s\n", g.dataDir)
+					return nil
+				}
+			}
 			switch {
 			case errors.Is(err, localplane.ErrNotRunning):
 				fmt.Fprintf(g.out, "fke is not running in %s\n", g.dataDir)

@@ -1,0 +1,403 @@
+// Package localnode tests real worker nodes made by the local provider: a
+// cluster created with the fke CLI and a pool of local nodes (kubelet,
+// containerd and kube-proxy in their own namespaces), shared by the cases.
+package localnode
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/tools/remotecommand"
+
+	"fke.dev/fke/internal/binaries"
+	"fke.dev/fke/internal/hostnet"
+	"fke.dev/fke/internal/manager"
+	"fke.dev/fke/internal/nodeprovider/local"
+	"fke.dev/fke/test/testenv"
+)
+
+func TestMain(m *testing.M) { testenv.Main(m) }
+
+// requireNodeTools skips the test (fails it under CI) when this host
+// cannot run local nodes.
+func requireNodeTools(t *testing.T) {
+	t.Helper()
+	checks := local.Checks(t.Context(), binaries.Finder{Dir: testenv.BinDir(t)}, hostnet.New(nil, nil))
+	if err := local.Unavailable(checks); err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatalf("local nodes cannot run here: %v", err)
+		}
+		t.Skipf("local nodes cannot run here: %v", err)
+	}
+	if left, err := hostnet.New(nil, nil).Leftovers(t.Context()); err != nil || len(left) > 0 {
+		t.Skipf("another fke runs local nodes on this host (%v, %v)", left, err)
+	}
+}
+
+// TestLocalNodes: a pool of two local nodes in a cluster made with the CLI.
+func TestLocalNodes(t *testing.T) {
+	requireNodeTools(t)
+	images := buildImages(t)
+	t.Setenv(manager.EnvNodePauseImage, pauseImage)
+	t.Setenv(manager.EnvNodeImages, strings.Join(images, ","))
+	// Registered first, so it runs after `fke down`.
+	t.Cleanup(func() { assertNoLeftovers(t) })
+	e := testenv.Up(t)
+	e.MustRun("cluster", "create", "demo", "--wait")
+	start := time.Now()
+	e.MustRun("nodepool", "create", "demo/cpu", "--provider", "local", "--instance-type", "cpu-small", "--replicas", "2")
+	cs := e.Tenant("demo")
+	var nodes []corev1.Node
+	testenv.Eventually(t, 3*time.Minute, "two Ready local nodes", func() error {
+		list, err := cs.CoreV1().Nodes().List(t.Context(), metav1.ListOptions{})
+		if err != nil {
+			return err
+		}
+		nodes = nodes[:0]
+		for _, n := range list.Items {
+			if ready(&n) {
+				nodes = append(nodes, n)
+			}
+		}
+		if len(nodes) != 2 {
+			return fmt.Errorf("%d of %d nodes Ready", len(nodes), len(list.Items))
+		}
+		return nil
+	})
+	t.Logf("FIGURE pool create -> 2 nodes Ready: %s", time.Since(start).Round(10*time.Millisecond))
+	a, b := nodes[0], nodes[1]
+	for _, n := range nodes {
+		if n.Spec.PodCIDR == "" || !strings.HasPrefix(n.Spec.ProviderID, local.ProviderIDPrefix) || n.Labels["fke.dev/nodepool"] == "" {
+			t.Errorf("node %s: podCIDR %q, providerID %q, labels %v", n.Name, n.Spec.PodCIDR, n.Spec.ProviderID, n.Labels)
+		}
+		if cpu := n.Status.Allocatable[corev1.ResourceCPU]; cpu.String() != "2" {
+			t.Errorf("node %s: allocatable cpu %s, want the instance type's 2", n.Name, cpu.String())
+		}
+	}
+	server := runPod(t, cs, "server", a.Name, "serve")
+	svc := expose(t, cs, "server")
+
+	t.Run("a pod on one node reaches a pod on the other, by pod IP and ClusterIP", func(t *testing.T) {
+		for name, url := range map[string]string{
+			"by-ip":        "http://" + server.Status.PodIP + ":8080/",
+			"by-clusterip": "http://" + svc.Spec.ClusterIP + "/",
+		} {
+			client := runPod(t, cs, "client-"+name, b.Name, "get", url)
+			waitSucceeded(t, cs, client.Name)
+			if logs := podLogs(t, cs, client.Name); !strings.Contains(logs, "hello from server") {
+				t.Errorf("%s: client logs %q, want the server's answer", name, logs)
+			}
+		}
+	})
+	t.Run("the host reaches pods and NodePorts", func(t *testing.T) {
+		if body := httpGet(t, "http://"+net.JoinHostPort(server.Status.PodIP, "8080")+"/"); !strings.Contains(body, "hello from server") {
+			t.Errorf("pod IP from the host: %q", body)
+		}
+		port := strconv.Itoa(int(svc.Spec.Ports[0].NodePort))
+		if body := httpGet(t, "http://"+net.JoinHostPort(internalIP(&b), port)+"/"); !strings.Contains(body, "hello from server") {
+			t.Errorf("NodePort %s on node %s from the host: %q", port, b.Name, body)
+		}
+	})
+	t.Run("logs and exec", func(t *testing.T) {
+		if logs := podLogs(t, cs, "server"); !strings.Contains(logs, "serving on :8080") {
+			t.Errorf("server logs %q", logs)
+		}
+		if out := execIn(t, e, cs, "server", "/app", "echo", "exec-works"); !strings.Contains(out, "exec-works") {
+			t.Errorf("exec output %q", out)
+		}
+	})
+	t.Run("a killed kubelet is restarted and its node is Ready again", func(t *testing.T) {
+		pid := kubeletPid(t, a.Name)
+		if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+			t.Fatal(err)
+		}
+		testenv.Eventually(t, time.Minute, "kubelet restarted", func() error {
+			if p := kubeletPid(t, a.Name); p == pid || p == 0 {
+				return fmt.Errorf("kubelet pid %d", p)
+			}
+			return nil
+		})
+		testenv.Eventually(t, time.Minute, "node Ready", func() error {
+			n, err := cs.CoreV1().Nodes().Get(t.Context(), a.Name, metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			if !ready(n) {
+				return fmt.Errorf("node %s not Ready", n.Name)
+			}
+			return nil
+		})
+	})
+	t.Run("idle memory per node", func(t *testing.T) {
+		for _, n := range nodes {
+			t.Logf("FIGURE node %s RSS (kubelet+containerd+kube-proxy): %d MiB", n.Name, nodeRSS(t, n.Name)/(1<<20))
+		}
+	})
+	t.Run("scaling down removes a node and leaves nothing of it", func(t *testing.T) {
+		e.MustRun("nodepool", "scale", "demo/cpu", "--replicas", "1", "--wait")
+		var gone *corev1.Node
+		testenv.Eventually(t, 2*time.Minute, "one node left", func() error {
+			list, err := cs.CoreV1().Nodes().List(t.Context(), metav1.ListOptions{})
+			if err != nil {
+				return err
+			}
+			if len(list.Items) != 1 {
+				return fmt.Errorf("%d nodes", len(list.Items))
+			}
+			for i := range nodes {
+				if nodes[i].Name != list.Items[0].Name {
+					gone = &nodes[i]
+				}
+			}
+			return nil
+		})
+		netns := hostnet.NetnsName("default/demo", gone.Name)
+		n := hostnet.Node{Netns: netns}
+		n.IP = mustAddr(t, internalIP(gone))
+		testenv.Eventually(t, time.Minute, "no leftovers of node "+gone.Name, func() error {
+			left, err := hostnet.New(nil, nil).NodeLeftovers(t.Context(), n)
+			if err != nil {
+				return err
+			}
+			if _, err := os.Stat(filepath.Join(local.MountNSDir, netns)); err == nil {
+				left = append(left, "mount namespace file")
+			}
+			if _, err := os.Stat(filepath.Join(e.DataDir, "nodes", "default", "demo", gone.Name)); err == nil {
+				left = append(left, "node directory")
+			}
+			if pids := processesOf(t, gone.Name); len(pids) > 0 {
+				left = append(left, fmt.Sprintf("processes %v", pids))
+			}
+			if cg, _ := filepath.Glob("/sys/fs/cgroup/*/fke/" + netns); len(cg) > 0 {
+				left = append(left, fmt.Sprintf("cgroups %v", cg))
+			}
+			if len(left) > 0 {
+				return fmt.Errorf("left: %v", left)
+			}
+			return nil
+		})
+	})
+}
+
+func ready(n *corev1.Node) bool {
+	for _, c := range n.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+func internalIP(n *corev1.Node) string {
+	for _, a := range n.Status.Addresses {
+		if a.Type == corev1.NodeInternalIP {
+			return a.Address
+		}
+	}
+	return ""
+}
+
+// runPod runs the app with args on node and waits until it runs (or has run).
+func runPod(t *testing.T, cs kubernetes.Interface, name, node string, args ...string) *corev1.Pod {
+	t.Helper()
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"app": name}},
+		Spec: corev1.PodSpec{
+			NodeName:      node,
+			RestartPolicy: corev1.RestartPolicyNever,
+			Containers: []corev1.Container{{
+				Name: "app", Image: appImage, ImagePullPolicy: corev1.PullNever, Args: args,
+				Ports: []corev1.ContainerPort{{ContainerPort: 8080}},
+			}},
+		},
+	}
+	if _, err := cs.CoreV1().Pods("default").Create(t.Context(), pod, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	var got *corev1.Pod
+	testenv.Eventually(t, 2*time.Minute, "pod "+name+" running", func() error {
+		p, err := cs.CoreV1().Pods("default").Get(t.Context(), name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		got = p
+		if p.Status.Phase == corev1.PodRunning || p.Status.Phase == corev1.PodSucceeded {
+			return nil
+		}
+		return fmt.Errorf("phase %s: %v", p.Status.Phase, p.Status.ContainerStatuses)
+	})
+	return got
+}
+
+// expose makes a NodePort Service of port 80 for the pods labelled app=name.
+func expose(t *testing.T, cs kubernetes.Interface, name string) *corev1.Service {
+	t.Helper()
+	svc, err := cs.CoreV1().Services("default").Create(t.Context(), &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: corev1.ServiceSpec{
+			Type:     corev1.ServiceTypeNodePort,
+			Selector: map[string]string{"app": name},
+			Ports:    []corev1.ServicePort{{Port: 80, TargetPort: intstr.FromInt32(8080)}},
+		},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return svc
+}
+
+func waitSucceeded(t *testing.T, cs kubernetes.Interface, name string) {
+	t.Helper()
+	testenv.Eventually(t, 2*time.Minute, "pod "+name+" succeeded", func() error {
+		p, err := cs.CoreV1().Pods("default").Get(t.Context(), name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		switch p.Status.Phase {
+		case corev1.PodSucceeded:
+			return nil
+		case corev1.PodFailed:
+			t.Fatalf("pod %s failed: %s", name, podLogs(t, cs, name))
+		}
+		return fmt.Errorf("phase %s", p.Status.Phase)
+	})
+}
+
+func podLogs(t *testing.T, cs kubernetes.Interface, name string) string {
+	t.Helper()
+	data, err := cs.CoreV1().Pods("default").GetLogs(name, &corev1.PodLogOptions{}).DoRaw(t.Context())
+	if err != nil {
+		t.Fatalf("logs of %s: %v", name, err)
+	}
+	return string(data)
+}
+
+func execIn(t *testing.T, e *testenv.Env, cs kubernetes.Interface, pod string, cmd ...string) string {
+	t.Helper()
+	req := cs.CoreV1().RESTClient().Post().Resource("pods").Namespace("default").Name(pod).SubResource("exec").
+		VersionedParams(&corev1.PodExecOptions{Container: "app", Command: cmd, Stdout: true, Stderr: true}, scheme.ParameterCodec)
+	ex, err := remotecommand.NewSPDYExecutor(e.TenantConfig("demo"), "POST", req.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	if err := ex.StreamWithContext(t.Context(), remotecommand.StreamOptions{Stdout: &out, Stderr: &out}); err != nil {
+		t.Fatalf("exec in %s: %v (%s)", pod, err, out.String())
+	}
+	return out.String()
+}
+
+func httpGet(t *testing.T, url string) string {
+	t.Helper()
+	var body string
+	testenv.Eventually(t, 30*time.Second, "GET "+url, func() error {
+		c := http.Client{Timeout: 3 * time.Second}
+		resp, err := c.Get(url)
+		if err != nil {
+			return err
+		}
+		defer resp.Body.Close()
+		data, err := io.ReadAll(resp.Body)
+		body = string(data)
+		return err
+	})
+	return body
+}
+
+// processesOf returns the pids whose command line names node.
+func processesOf(t *testing.T, node string) []int {
+	t.Helper()
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []int
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		cmdline, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if err == nil && bytes.Contains(cmdline, []byte(node)) && pid != os.Getpid() {
+			out = append(out, pid)
+		}
+	}
+	return out
+}
+
+func kubeletPid(t *testing.T, node string) int {
+	t.Helper()
+	for _, pid := range processesOf(t, "--hostname-override="+node) {
+		return pid
+	}
+	return 0
+}
+
+// nodeRSS sums the resident memory of the node's kubelet, containerd and kube-proxy.
+func nodeRSS(t *testing.T, node string) int64 {
+	t.Helper()
+	var total int64
+	for _, pid := range processesOf(t, node) {
+		status, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "status"))
+		if err != nil {
+			continue
+		}
+		for _, line := range strings.Split(string(status), "\n") {
+			if f := strings.Fields(line); len(f) >= 2 && f[0] == "VmRSS:" {
+				kb, _ := strconv.ParseInt(f[1], 10, 64)
+				total += kb * 1024
+			}
+		}
+	}
+	return total
+}
+
+// assertNoLeftovers checks that nothing of fke's local nodes is left on the host.
+func assertNoLeftovers(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	left, err := hostnet.New(nil, nil).Leftovers(ctx)
+	if err != nil {
+		t.Error(err)
+	}
+	if mounts, _ := local.MountsUnder("/run/fke"); len(mounts) > 0 {
+		left = append(left, fmt.Sprintf("mounts %v", mounts))
+	}
+	if cg, _ := filepath.Glob("/sys/fs/cgroup/*/fke/*"); len(cg) > 0 {
+		left = append(left, fmt.Sprintf("cgroups %v", cg))
+	}
+	if out, _ := exec.Command("pgrep", "-f", "containerd-shim").Output(); len(out) > 0 {
+		left = append(left, "containerd shims "+strings.TrimSpace(string(out)))
+	}
+	if len(left) > 0 {
+		t.Errorf("left behind after fke down: %v", left)
+	}
+}
+
+
+func mustAddr(t *testing.T, s string) netip.Addr {
+	t.Helper()
+	a, err := netip.ParseAddr(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a
+}
