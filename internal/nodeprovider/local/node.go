@@ -262,6 +262,11 @@ func (n *Node) start(ctx context.Context) error {
 			return fmt.Errorf("importing image %s into node %s: %w", img, c.Name, err)
 		}
 	}
+	for _, bin := range []string{c.KubeletPath, c.KubeProxyPath} {
+		if _, err := os.Stat(bin); err != nil {
+			return fmt.Errorf("node %s cannot start: %w", c.Name, err)
+		}
+	}
 	n.setState("Pending", "starting the kubelet")
 	kubeconfig := l.KubeletKubeconfig()
 	args := append(enter, c.KubeletPath,
