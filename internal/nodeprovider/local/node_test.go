@@ -50,6 +50,7 @@ func TestNodeRuntimeRemovesEverything(t *testing.T) {
 		_ = n.Remove(ctx)
 		_ = host.RemoveBridge(ctx)
 		_, _ = hostnet.ExecRunner(ctx, "umount", MountNSDir)
+		_ = removeCgroup(CgroupParent)
 		os.RemoveAll(dir)
 	})
 	if err := n.Prepare(ctx); err != nil {

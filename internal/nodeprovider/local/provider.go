@@ -528,6 +528,14 @@ func (p *Provider) removeHostLocked(ctx context.Context) error {
 			errs = append(errs, err)
 		}
 	}
+	if !isMountPoint(MountNSDir, "") {
+		if err := os.RemoveAll(filepath.Dir(MountNSDir)); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if err := removeCgroup(CgroupParent); err != nil {
+		errs = append(errs, err)
+	}
 	return errors.Join(errs...)
 }
 
