@@ -78,3 +78,10 @@ func TestNames(t *testing.T) {
 		t.Errorf("VethName = %q: want fkev + a hash, at most 15 bytes, differing per namespace", v)
 	}
 }
+
+func TestParseAddrs(t *testing.T) {
+	got := parseAddrs("2: eth0    inet 172.29.0.7/16 scope global eth0\\       valid_lft forever preferred_lft forever\n")
+	if len(got) != 1 || got[0] != netip.MustParseAddr("172.29.0.7") {
+		t.Fatalf("parseAddrs = %v", got)
+	}
+}

@@ -188,3 +188,44 @@ func (h *Host) NodeLeftovers(ctx context.Context, n Node) ([]string, error) {
 	}
 	return out, nil
 }
+
+// UsedIPs returns the addresses of every node namespace on this host, made
+// by any fke (another data directory, `fke node join`), so that a new node
+// never takes one.
+func (h *Host) UsedIPs(ctx context.Context) ([]netip.Addr, error) {
+	entries, err := os.ReadDir(NetnsDir)
+	if err != nil {
+		if os.IsNotExist(err) {
+			return nil, nil
+		}
+		return nil, fmt.Errorf("listing %s: %w", NetnsDir, err)
+	}
+	var out []netip.Addr
+	for _, e := range entries {
+		if !strings.HasPrefix(e.Name(), NetnsPrefix) {
+			continue
+		}
+		text, err := h.run(ctx, "ip", "-n", e.Name(), "-4", "-o", "addr", "show", "dev", NodeInterface)
+		if err != nil {
+			continue // a namespace being made or removed
+		}
+		out = append(out, parseAddrs(string(text))...)
+	}
+	return out, nil
+}
+
+// parseAddrs reads the IPv4 addresses of `ip -o addr show` lines.
+func parseAddrs(text string) []netip.Addr {
+	var out []netip.Addr
+	for _, line := range strings.Split(text, "\n") {
+		f := strings.Fields(line)
+		for i := 0; i+1 < len(f); i++ {
+			if f[i] == "inet" {
+				if p, err := netip.ParsePrefix(f[i+1]); err == nil {
+					out = append(out, p.Addr())
+				}
+			}
+		}
+	}
+	return out
+}

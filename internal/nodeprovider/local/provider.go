@@ -245,7 +245,10 @@ func (p *Provider) Create(ctx context.Context, cluster nodeprovider.Cluster, spe
 	if err := checkPodCIDR(cluster, all); err != nil {
 		return nodeprovider.Instance{}, err
 	}
-	var used []netip.Addr
+	used, err := p.host.UsedIPs(ctx)
+	if err != nil {
+		return nodeprovider.Instance{}, err
+	}
 	for _, r := range all {
 		used = append(used, r.Config.Net.IP)
 	}

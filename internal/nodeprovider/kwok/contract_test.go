@@ -1,0 +1,49 @@
+package kwok_test
+
+import (
+	"context"
+	"log/slog"
+	"testing"
+	"time"
+
+	"fke.dev/fke/internal/binaries"
+	"fke.dev/fke/internal/nodeprovider"
+	"fke.dev/fke/internal/nodeprovider/kwok"
+	"fke.dev/fke/internal/nodeprovider/providertest"
+	"fke.dev/fke/test/testenv"
+)
+
+// TestProviderContract runs the shared provider contract against kwok and
+// one real tenant cluster; cluster b is a second name in the same tenant.
+func TestProviderContract(t *testing.T) {
+	tn := upTenant(t)
+	providertest.Run(t, func(t *testing.T) (nodeprovider.Provider, nodeprovider.Cluster, nodeprovider.Cluster) {
+		p := kwok.New(kwok.Options{
+			DataDir:  t.TempDir(),
+			Binaries: binaries.Finder{Dir: testenv.BinDir(t)},
+			Logger:   slog.New(slog.NewTextHandler(t.Output(), nil)),
+		})
+		a := tn.cluster
+		b := a
+		b.Key, b.Name = "default/other", "other"
+		t.Cleanup(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			for _, c := range []nodeprovider.Cluster{a, b} {
+				list, err := p.List(ctx, c)
+				if err != nil {
+					t.Error(err)
+				}
+				for _, in := range list {
+					if err := p.Delete(ctx, c, in.ProviderID); err != nil {
+						t.Error(err)
+					}
+				}
+			}
+			if err := p.StopAll(ctx); err != nil {
+				t.Error(err)
+			}
+		})
+		return p, a, b
+	}, nil)
+}
