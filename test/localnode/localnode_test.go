@@ -392,7 +392,6 @@ func assertNoLeftovers(t *testing.T) {
 	}
 }
 
-
 func mustAddr(t *testing.T, s string) netip.Addr {
 	t.Helper()
 	a, err := netip.ParseAddr(s)
