@@ -14,6 +14,8 @@ import (
 	"github.com/go-logr/logr"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/tools/clientcmd"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -25,6 +27,7 @@ import (
 	"fke.dev/fke/internal/autoscaler"
 	"fke.dev/fke/internal/autoscaler/provreq"
 	"fke.dev/fke/internal/binaries"
+	"fke.dev/fke/internal/bootstrap"
 	"fke.dev/fke/internal/controller/cluster"
 	"fke.dev/fke/internal/controller/machine"
 	"fke.dev/fke/internal/controller/nodepool"
@@ -150,14 +153,17 @@ func Run(ctx context.Context, opts Options) error {
 		return fmt.Errorf("setting up provisioning request controller: %w", err)
 	}
 
+	approvers := &bootstrap.Approvers{Log: log.With("component", "serving-approver")}
+	defer approvers.StopAll()
 	if err := (&cluster.Reconciler{
 		Client:    mgr.GetClient(),
 		Runtime:   rt,
 		Recorder:  mgr.GetEventRecorder("fke-cluster"),
 		Versioner: ServerVersion,
-		Addons:    addons.EnsureProvisioningRequestAPI,
+		Addons:    tenantAddons,
 		Tenants:   tenants,
 		Providers: providers,
+		Approvers: approvers,
 	}).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up cluster controller: %w", err)
 	}
@@ -167,6 +173,20 @@ func Run(ctx context.Context, opts Options) error {
 		return fmt.Errorf("running manager: %w", err)
 	}
 	return nil
+}
+
+// tenantAddons installs what every tenant cluster gets once its control
+// plane is ready: the ProvisioningRequest API and the RBAC that lets nodes
+// join by TLS bootstrap.
+func tenantAddons(ctx context.Context, cfg *rest.Config) error {
+	if err := addons.EnsureProvisioningRequestAPI(ctx, cfg); err != nil {
+		return err
+	}
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return fmt.Errorf("tenant client: %w", err)
+	}
+	return bootstrap.EnsureRBAC(ctx, cs)
 }
 
 // ServerVersion asks the API server at endpoint (with kubeconfig) for its version.
