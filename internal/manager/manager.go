@@ -15,8 +15,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
@@ -49,6 +49,11 @@ type Options struct {
 	HealthAddr string
 	// MetricsAddr serves Prometheus metrics ("0" disables).
 	MetricsAddr string
+	// NodeAddress, when set, is the host address at which nodes reach tenant
+	// API servers (the local-node bridge's gateway, e.g. 172.29.0.1): tenant
+	// API servers advertise it and their certificates cover it. Empty keeps
+	// them on loopback only.
+	NodeAddress string
 	Logger      *slog.Logger
 }
 
@@ -156,14 +161,15 @@ func Run(ctx context.Context, opts Options) error {
 	approvers := &bootstrap.Approvers{Log: log.With("component", "serving-approver")}
 	defer approvers.StopAll()
 	if err := (&cluster.Reconciler{
-		Client:    mgr.GetClient(),
-		Runtime:   rt,
-		Recorder:  mgr.GetEventRecorder("fke-cluster"),
-		Versioner: ServerVersion,
-		Addons:    tenantAddons,
-		Tenants:   tenants,
-		Providers: providers,
-		Approvers: approvers,
+		Client:      mgr.GetClient(),
+		Runtime:     rt,
+		Recorder:    mgr.GetEventRecorder("fke-cluster"),
+		Versioner:   ServerVersion,
+		Addons:      tenantAddons,
+		Tenants:     tenants,
+		Providers:   providers,
+		Approvers:   approvers,
+		NodeAddress: opts.NodeAddress,
 	}).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up cluster controller: %w", err)
 	}

@@ -55,6 +55,10 @@ type Reconciler struct {
 	Tenants *tenant.Registry
 	// Providers release what they run for a deleted cluster (kwok processes).
 	Providers map[fkev1.ProviderName]nodeprovider.Provider
+	// NodeAddress, when set, is the address nodes reach every tenant API
+	// server at (see controlplane.Spec.NodeAddress); serving certificates of
+	// existing clusters are re-issued to cover it.
+	NodeAddress string
 	// Approvers runs the kubelet serving-certificate approver of every ready
 	// tenant; nil skips it.
 	Approvers *bootstrap.Approvers
@@ -125,6 +129,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.
 		PodCIDR:     cl.Spec.Network.PodCIDR,
 		ServiceCIDR: cl.Spec.Network.ServiceCIDR,
 		PKI:         bundle,
+		NodeAddress: r.NodeAddress,
 	}
 	wasReady := meta.IsStatusConditionTrue(cl.Status.Conditions, fkev1.ConditionControlPlaneReady)
 	st, err := r.Runtime.Ensure(ctx, spec)
