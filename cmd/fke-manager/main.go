@@ -24,6 +24,7 @@ func main() {
 	flag.StringVar(&binDir, "bin-dir", os.Getenv(binaries.EnvDir), "directory of the upstream binaries")
 	flag.StringVar(&opts.HealthAddr, "health-addr", ":8081", "address of /healthz and /readyz")
 	flag.StringVar(&opts.MetricsAddr, "metrics-addr", ":8080", "address of /metrics (0 disables)")
+	flag.StringVar(&opts.NodeAddress, "node-address", "", "host address nodes reach tenant API servers at (empty: loopback only)")
 	flag.Parse()
 	opts.Binaries = binaries.Finder{Dir: binDir}
 	opts.Logger = slog.New(slog.NewJSONHandler(os.Stderr, nil))

@@ -139,7 +139,7 @@ func newDaemonCmd(g *globals) *cobra.Command {
 
 // newManagerCmd runs fke-manager (the daemon starts it).
 func newManagerCmd(g *globals) *cobra.Command {
-	var kubeconfig, healthAddr, metricsAddr string
+	var kubeconfig, healthAddr, metricsAddr, nodeAddress string
 	cmd := &cobra.Command{
 		Use:    "manager",
 		Short:  "Run fke-manager (the controllers) against a management API",
@@ -148,13 +148,14 @@ func newManagerCmd(g *globals) *cobra.Command {
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return manager.Run(cmd.Context(), manager.Options{
 				Kubeconfig: kubeconfig, DataDir: g.dataDir, Binaries: g.finder(),
-				HealthAddr: healthAddr, MetricsAddr: metricsAddr, Logger: newLogger(g.errOut),
+				HealthAddr: healthAddr, MetricsAddr: metricsAddr, NodeAddress: nodeAddress, Logger: newLogger(g.errOut),
 			})
 		},
 	}
 	cmd.Flags().StringVar(&kubeconfig, "kubeconfig", "", "kubeconfig of the management API")
 	cmd.Flags().StringVar(&healthAddr, "health-addr", "127.0.0.1:0", "address of /healthz and /readyz")
 	cmd.Flags().StringVar(&metricsAddr, "metrics-addr", "0", "address of /metrics (0 disables)")
+	cmd.Flags().StringVar(&nodeAddress, "node-address", "", "host address nodes reach tenant API servers at (empty: loopback only)")
 	_ = cmd.MarkFlagRequired("kubeconfig")
 	return cmd
 }

@@ -15,7 +15,9 @@ import (
 	"github.com/go-logr/logr"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/kubernetes"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
@@ -26,6 +28,7 @@ import (
 	"fke.dev/fke/internal/autoscaler"
 	"fke.dev/fke/internal/autoscaler/provreq"
 	"fke.dev/fke/internal/binaries"
+	"fke.dev/fke/internal/bootstrap"
 	"fke.dev/fke/internal/controller/cluster"
 	"fke.dev/fke/internal/controller/machine"
 	"fke.dev/fke/internal/controller/nodepool"
@@ -49,6 +52,11 @@ type Options struct {
 	HealthAddr string
 	// MetricsAddr serves Prometheus metrics ("0" disables).
 	MetricsAddr string
+	// NodeAddress, when set, is the host address at which nodes reach tenant
+	// API servers (the local-node bridge's gateway, e.g. 172.29.0.1): tenant
+	// API servers advertise it and their certificates cover it. Empty keeps
+	// them on loopback only.
+	NodeAddress string
 	Logger      *slog.Logger
 	// LocalNodes configure the local node provider.
 	LocalNodes LocalNodeOptions
@@ -134,6 +142,10 @@ func Run(ctx context.Context, opts Options) error {
 	providers := map[fkev1.ProviderName]nodeprovider.Provider{fkev1.ProviderKwok: kwokProvider}
 	if lp := localProvider(ctx, opts, log); lp != nil {
 		providers[fkev1.ProviderLocal] = lp
+		if opts.NodeAddress == "" {
+			// Local nodes reach tenant API servers at the bridge's gateway.
+			opts.NodeAddress = hostnet.Gateway.String()
+		}
 		defer func() {
 			stopCtx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
@@ -175,14 +187,18 @@ func Run(ctx context.Context, opts Options) error {
 		return fmt.Errorf("setting up provisioning request controller: %w", err)
 	}
 
+	approvers := &bootstrap.Approvers{Log: log.With("component", "serving-approver")}
+	defer approvers.StopAll()
 	if err := (&cluster.Reconciler{
-		Client:    mgr.GetClient(),
-		Runtime:   rt,
-		Recorder:  mgr.GetEventRecorder("fke-cluster"),
-		Versioner: ServerVersion,
-		Addons:    addons.EnsureProvisioningRequestAPI,
-		Tenants:   tenants,
-		Providers: providers,
+		Client:      mgr.GetClient(),
+		Runtime:     rt,
+		Recorder:    mgr.GetEventRecorder("fke-cluster"),
+		Versioner:   ServerVersion,
+		Addons:      tenantAddons,
+		Tenants:     tenants,
+		Providers:   providers,
+		Approvers:   approvers,
+		NodeAddress: opts.NodeAddress,
 	}).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up cluster controller: %w", err)
 	}
@@ -228,6 +244,20 @@ func localProvider(ctx context.Context, opts Options, log *slog.Logger) *localno
 		return nil
 	}
 	return p
+}
+
+// tenantAddons installs what every tenant cluster gets once its control
+// plane is ready: the ProvisioningRequest API and the RBAC that lets nodes
+// join by TLS bootstrap.
+func tenantAddons(ctx context.Context, cfg *rest.Config) error {
+	if err := addons.EnsureProvisioningRequestAPI(ctx, cfg); err != nil {
+		return err
+	}
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return fmt.Errorf("tenant client: %w", err)
+	}
+	return bootstrap.EnsureRBAC(ctx, cs)
 }
 
 // ServerVersion asks the API server at endpoint (with kubeconfig) for its version.

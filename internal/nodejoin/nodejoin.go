@@ -9,10 +9,13 @@ import (
 	"net/netip"
 	"net/url"
 	"strconv"
+	"time"
 
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
+	"fke.dev/fke/internal/bootstrap"
 	"fke.dev/fke/internal/hostnet"
 	"fke.dev/fke/internal/nodeprovider"
 	"fke.dev/fke/internal/pki"
@@ -135,4 +138,42 @@ func PortOf(endpoint string) (int, error) {
 		return 0, err
 	}
 	return strconv.Atoi(u.Port())
+}
+
+// Token lifetimes of the pools' bootstrap tokens: a node joins within
+// minutes, so a token handed out is valid for at least TokenMinValid.
+const (
+	TokenTTL      = 24 * time.Hour
+	TokenMinValid = time.Hour
+)
+
+// TokenCredentials join kubelets by TLS bootstrap, as kubeadm does: a
+// bootstrap token of the node's pool (bootstrap.EnsureToken), with which
+// the kubelet requests its client certificate, approved and signed by the
+// tenant's kube-controller-manager. kube-proxy gets its certificate from
+// Proxy.
+type TokenCredentials struct {
+	// Client reaches the tenant with rights to manage bootstrap tokens.
+	Client kubernetes.Interface
+	Server string
+	CAPEM  []byte
+	// Proxy issues kube-proxy's credentials.
+	Proxy *CertCredentials
+}
+
+var _ nodeprovider.Credentials = (*TokenCredentials)(nil)
+
+// KubeletKubeconfig returns a bootstrap kubeconfig with pool's token.
+func (c *TokenCredentials) KubeletKubeconfig(ctx context.Context, pool, _ string) ([]byte, bool, error) {
+	token, _, err := bootstrap.EnsureToken(ctx, c.Client, pool, TokenTTL, TokenMinValid)
+	if err != nil {
+		return nil, false, err
+	}
+	kc, err := bootstrap.BootstrapKubeconfig(c.Server, c.CAPEM, token)
+	return kc, true, err
+}
+
+// ProxyKubeconfig returns kube-proxy's kubeconfig (Proxy's).
+func (c *TokenCredentials) ProxyKubeconfig(ctx context.Context) ([]byte, error) {
+	return c.Proxy.ProxyKubeconfig(ctx)
 }

@@ -263,8 +263,9 @@ func ProviderCluster(cl *fkev1.Cluster, t *tenant.Tenant) nodeprovider.Cluster {
 }
 
 // providerCluster is ProviderCluster with the join of real nodes: the API
-// server at the host bridge's gateway, the cluster CA, and node
-// credentials signed by the CA from the cluster's PKI Secret.
+// server at the host bridge's gateway, the cluster CA, bootstrap tokens of
+// the pools for kubelets (TLS bootstrap), and a kube-proxy certificate
+// signed by the CA from the cluster's PKI Secret.
 func (r *Reconciler) providerCluster(cl *fkev1.Cluster, t *tenant.Tenant) nodeprovider.Cluster {
 	pc := ProviderCluster(cl, t)
 	if t.Config == nil || len(t.Config.CAData) == 0 {
@@ -274,7 +275,7 @@ func (r *Reconciler) providerCluster(cl *fkev1.Cluster, t *tenant.Tenant) nodepr
 	if err != nil {
 		return pc
 	}
-	creds := &nodejoin.CertCredentials{
+	proxy := &nodejoin.CertCredentials{
 		ClusterName: cl.Name, Server: server, TLSServerName: nodejoin.ServerName,
 		CA: func(ctx context.Context) (*pki.KeyPair, error) {
 			s := &corev1.Secret{}
@@ -283,6 +284,10 @@ func (r *Reconciler) providerCluster(cl *fkev1.Cluster, t *tenant.Tenant) nodepr
 			}
 			return pki.Bundle(s.Data).KeyPair(pki.CA)
 		},
+	}
+	var creds nodeprovider.Credentials = proxy
+	if t.Clientset != nil {
+		creds = &nodejoin.TokenCredentials{Client: t.Clientset, Server: server, CAPEM: t.Config.CAData, Proxy: proxy}
 	}
 	if join, err := nodejoin.Join(t.Config.Host, t.Config.CAData, cl.Spec.Network.ServiceCIDR, creds); err == nil {
 		pc.Join = join
