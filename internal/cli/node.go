@@ -6,12 +6,27 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"text/tabwriter"
+	"time"
 
 	"github.com/spf13/cobra"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	fkev1 "fke.dev/fke/api/v1alpha1"
+	"fke.dev/fke/internal/bootstrap"
+	"fke.dev/fke/internal/controller/cluster"
 	"fke.dev/fke/internal/hostnet"
+	"fke.dev/fke/internal/manager"
+	"fke.dev/fke/internal/nodejoin"
+	"fke.dev/fke/internal/nodeprovider"
 	"fke.dev/fke/internal/nodeprovider/local"
+	"fke.dev/fke/internal/pki"
 )
 
 // newDoctorCmd checks what local nodes need on this host.
@@ -58,4 +73,165 @@ func removeLocalNodes(ctx context.Context, g *globals) error {
 		return fmt.Errorf("removing local nodes: %w", err)
 	}
 	return nil
+}
+
+func newNodeCmd(g *globals) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "node",
+		Short: "Join hosts to clusters as worker nodes",
+	}
+	cmd.AddCommand(newNodeBootstrapFileCmd(g), newNodeJoinCmd(g))
+	return cmd
+}
+
+// newNodeBootstrapFileCmd writes what `fke node join` needs.
+func newNodeBootstrapFileCmd(g *globals) *cobra.Command {
+	var pool string
+	var ttl time.Duration
+	cmd := &cobra.Command{
+		Use:   "bootstrap-file CLUSTER --pool NAME",
+		Short: "Print a bootstrap file (API server, CA, a bootstrap token of the pool) for `fke node join`",
+		Args:  exactArgs(1, "CLUSTER"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if ttl < 10*time.Minute {
+				return fmt.Errorf("--ttl %s: a token must be valid for at least 10m", ttl)
+			}
+			ctx := cmd.Context()
+			c, err := g.client()
+			if err != nil {
+				return err
+			}
+			name := args[0]
+			cl := &fkev1.Cluster{}
+			if err := c.Get(ctx, client.ObjectKey{Namespace: g.namespace, Name: name}, cl); err != nil {
+				return explainCluster(err, name)
+			}
+			s := &corev1.Secret{}
+			if err := c.Get(ctx, client.ObjectKey{Namespace: g.namespace, Name: cluster.KubeconfigSecretName(name)}, s); err != nil {
+				return fmt.Errorf("cluster %s has no kubeconfig yet: wait with `fke cluster get %s`: %w", name, name, err)
+			}
+			cfg, err := clientcmd.RESTConfigFromKubeConfig(s.Data[cluster.KubeconfigKey])
+			if err != nil {
+				return err
+			}
+			cs, err := kubernetes.NewForConfig(cfg)
+			if err != nil {
+				return err
+			}
+			token, _, err := bootstrap.EnsureToken(ctx, cs, pool, ttl, 10*time.Minute)
+			if err != nil {
+				return err
+			}
+			server, err := nodejoin.NodeServer(cfg.Host)
+			if err != nil {
+				return err
+			}
+			dns, err := nodejoin.DNSIP(cl.Spec.Network.ServiceCIDR)
+			if err != nil {
+				return err
+			}
+			proxy := &nodejoin.CertCredentials{ClusterName: name, Server: server, TLSServerName: nodejoin.ServerName,
+				CA: func(ctx context.Context) (*pki.KeyPair, error) {
+					s := &corev1.Secret{}
+					if err := c.Get(ctx, client.ObjectKey{Namespace: g.namespace, Name: cluster.PKISecretName(name)}, s); err != nil {
+						return nil, err
+					}
+					return pki.Bundle(s.Data).KeyPair(pki.CA)
+				}}
+			proxyKC, err := proxy.ProxyKubeconfig(ctx)
+			if err != nil {
+				return err
+			}
+			data, err := nodejoin.BootstrapFile{
+				Cluster: g.namespace + "/" + name, Pool: pool, Server: server, CertificateAuthorityData: cfg.CAData,
+				Token: token, ClusterDNS: dns, PodCIDR: cl.Spec.Network.PodCIDR, KubeProxyKubeconfig: string(proxyKC),
+			}.Marshal()
+			if err != nil {
+				return err
+			}
+			_, err = g.out.Write(data)
+			return err
+		},
+	}
+	cmd.Flags().StringVar(&pool, "pool", "", "node pool whose bootstrap token the node joins with (its Node gets fke.dev/nodepool=NAME)")
+	cmd.Flags().DurationVar(&ttl, "ttl", 24*time.Hour, "how long the token stays valid")
+	_ = cmd.MarkFlagRequired("pool")
+	return cmd
+}
+
+// newNodeJoinCmd runs this host's node until interrupted.
+func newNodeJoinCmd(g *globals) *cobra.Command {
+	var file, name string
+	cmd := &cobra.Command{
+		Use:   "join --bootstrap FILE --name NAME",
+		Short: "Run this host as a worker node of a cluster (TLS bootstrap with a bootstrap file) until interrupted",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			data, err := os.ReadFile(file)
+			if err != nil {
+				return fmt.Errorf("reading the bootstrap file: %w", err)
+			}
+			bf, err := nodejoin.ParseBootstrapFile(data)
+			if err != nil {
+				return err
+			}
+			if errs := validation.IsDNS1123Subdomain(name); len(errs) > 0 {
+				return fmt.Errorf("--name %q is not a node name: %v", name, errs)
+			}
+			host := hostnet.New(nil, nil)
+			if err := local.Unavailable(local.Checks(cmd.Context(), g.finder(), host)); err != nil {
+				return fmt.Errorf("this host cannot run a node (see `fke doctor`): %w", err)
+			}
+			return joinNode(cmd.Context(), g, bf, name, host)
+		},
+	}
+	cmd.Flags().StringVar(&file, "bootstrap", "", "bootstrap file (from `fke node bootstrap-file`)")
+	cmd.Flags().StringVar(&name, "name", "", "the Node's name")
+	_ = cmd.MarkFlagRequired("bootstrap")
+	_ = cmd.MarkFlagRequired("name")
+	return cmd
+}
+
+// joinNode runs the node until ctx ends, then removes it from this host
+// (its Node stays in the cluster, NotReady, until deleted there).
+func joinNode(ctx context.Context, g *globals, bf nodejoin.BootstrapFile, name string, host *hostnet.Host) error {
+	p, err := local.New(local.Options{DataDir: g.dataDir, Binaries: g.finder(), Host: host,
+		Logger: newLogger(g.errOut), PauseImage: os.Getenv(manager.EnvNodePauseImage), Images: splitList(os.Getenv(manager.EnvNodeImages))})
+	if err != nil {
+		return err
+	}
+	kubelet, err := bootstrap.BootstrapKubeconfig(bf.Server, bf.CertificateAuthorityData, bf.Token)
+	if err != nil {
+		return err
+	}
+	key := "joined/" + strings.ReplaceAll(bf.Cluster, "/", ".")
+	pc := nodeprovider.Cluster{Key: key, Name: bf.Cluster, PodCIDR: bf.PodCIDR, Join: &nodeprovider.Join{
+		Server: bf.Server, CAPEM: bf.CertificateAuthorityData, DNSIP: bf.ClusterDNS,
+		Credentials: nodejoin.StaticCredentials{Kubelet: kubelet, Proxy: []byte(bf.KubeProxyKubeconfig)},
+	}}
+	it, err := p.HostInstanceType()
+	if err != nil {
+		return err
+	}
+	tmpl := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{fkev1.LabelNodePool: bf.Pool}}}
+	in, err := p.Create(ctx, pc, nodeprovider.NodeSpec{MachineName: name, InstanceType: it, Template: tmpl})
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(g.out, "node %s joining %s at %s (files under %s); interrupt to stop and remove it from this host\n", name, bf.Cluster, bf.Server, filepath.Join(g.dataDir, "nodes"))
+	<-ctx.Done()
+	stopCtx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := p.Delete(stopCtx, pc, in.ProviderID); err != nil {
+		return fmt.Errorf("removing node %s from this host: %w", name, err)
+	}
+	fmt.Fprintf(g.out, "node %s removed from this host\n", name)
+	return nil
+}
+
+func splitList(s string) []string {
+	if s == "" {
+		return nil
+	}
+	return strings.Split(s, ",")
 }

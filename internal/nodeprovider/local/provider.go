@@ -283,8 +283,8 @@ func checkPodCIDR(cluster nodeprovider.Cluster, all []record) error {
 		return fmt.Errorf("cluster %s has no valid pod range (%q): set spec.network.podCIDR", cluster.Key, cluster.PodCIDR)
 	}
 	for _, r := range all {
-		if r.ClusterKey == cluster.Key {
-			continue
+		if r.ClusterKey == cluster.Key || (cluster.Join != nil && r.Config.Server == cluster.Join.Server) {
+			continue // the same cluster (a node joined with fke node join has its own key)
 		}
 		other, err := netip.ParsePrefix(r.PodCIDR)
 		if err == nil && other.Overlaps(mine) {
@@ -540,6 +540,15 @@ func (p *Provider) removeHostLocked(ctx context.Context) error {
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
+}
+
+// HostInstanceType is the shape of this whole host (for a node joined with
+// `fke node join`: nothing is reserved).
+func (p *Provider) HostInstanceType() (*fkev1.InstanceType, error) {
+	return &fkev1.InstanceType{
+		ObjectMeta: metav1.ObjectMeta{Name: "host"},
+		Spec:       fkev1.InstanceTypeSpec{CPU: p.opts.HostCPU.DeepCopy(), Memory: p.opts.HostMemory.DeepCopy()},
+	}, nil
 }
 
 // InstanceTypes returns the CPU types of the catalog that fit this host.

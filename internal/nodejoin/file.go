@@ -1,0 +1,97 @@
+package nodejoin
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"net/url"
+
+	"sigs.k8s.io/yaml"
+)
+
+// Kind and API version of a bootstrap file.
+const (
+	BootstrapFileKind       = "NodeBootstrap"
+	BootstrapFileAPIVersion = "fke.dev/v1alpha1"
+)
+
+// BootstrapFile is what `fke node join` consumes to join a host to a
+// cluster (written by `fke node bootstrap-file`): where the API server is,
+// its CA, a bootstrap token of a pool, and what the node's kubelet and
+// kube-proxy need to know of the cluster.
+type BootstrapFile struct {
+	APIVersion string `json:"apiVersion"`
+	Kind       string `json:"kind"`
+	// Cluster is "namespace/name" of the Cluster.
+	Cluster string `json:"cluster"`
+	// Pool is the short name of the node pool the token belongs to.
+	Pool string `json:"pool"`
+	// Server is the API server URL nodes reach.
+	Server string `json:"server"`
+	// CertificateAuthorityData is the cluster CA (PEM).
+	CertificateAuthorityData []byte `json:"certificateAuthorityData"`
+	// Token is the bootstrap token ("id.secret").
+	Token string `json:"token"`
+	// ClusterDNS is the cluster DNS address; PodCIDR the cluster's pod range.
+	ClusterDNS string `json:"clusterDNS"`
+	PodCIDR    string `json:"podCIDR"`
+	// KubeProxyKubeconfig is kube-proxy's kubeconfig.
+	KubeProxyKubeconfig string `json:"kubeProxyKubeconfig"`
+}
+
+// ParseBootstrapFile reads and validates a bootstrap file.
+func ParseBootstrapFile(data []byte) (BootstrapFile, error) {
+	var f BootstrapFile
+	if err := yaml.UnmarshalStrict(data, &f); err != nil {
+		return f, fmt.Errorf("reading the bootstrap file: %w", err)
+	}
+	return f, f.Validate()
+}
+
+// Validate says what is missing or wrong in f.
+func (f BootstrapFile) Validate() error {
+	var errs []error
+	if f.Kind != BootstrapFileKind || f.APIVersion != BootstrapFileAPIVersion {
+		errs = append(errs, fmt.Errorf("kind %q apiVersion %q: want %s %s (write it with `fke node bootstrap-file`)", f.Kind, f.APIVersion, BootstrapFileKind, BootstrapFileAPIVersion))
+	}
+	if u, err := url.Parse(f.Server); err != nil || u.Scheme != "https" || u.Port() == "" {
+		errs = append(errs, fmt.Errorf("server %q: want an https URL with a port", f.Server))
+	}
+	if len(f.CertificateAuthorityData) == 0 {
+		errs = append(errs, errors.New("certificateAuthorityData is empty"))
+	}
+	if f.Token == "" || f.Pool == "" || f.Cluster == "" {
+		errs = append(errs, errors.New("token, pool and cluster are required"))
+	}
+	if _, err := netip.ParsePrefix(f.PodCIDR); err != nil {
+		errs = append(errs, fmt.Errorf("podCIDR %q: %w", f.PodCIDR, err))
+	}
+	if _, err := netip.ParseAddr(f.ClusterDNS); err != nil {
+		errs = append(errs, fmt.Errorf("clusterDNS %q: %w", f.ClusterDNS, err))
+	}
+	if f.KubeProxyKubeconfig == "" {
+		errs = append(errs, errors.New("kubeProxyKubeconfig is empty"))
+	}
+	return errors.Join(errs...)
+}
+
+// Marshal renders f as YAML.
+func (f BootstrapFile) Marshal() ([]byte, error) {
+	f.APIVersion, f.Kind = BootstrapFileAPIVersion, BootstrapFileKind
+	return yaml.Marshal(f)
+}
+
+// StaticCredentials are the credentials of a bootstrap file.
+type StaticCredentials struct {
+	Kubelet []byte // bootstrap kubeconfig
+	Proxy   []byte
+}
+
+// KubeletKubeconfig returns the bootstrap kubeconfig.
+func (c StaticCredentials) KubeletKubeconfig(_ context.Context, _, _ string) ([]byte, bool, error) {
+	return c.Kubelet, true, nil
+}
+
+// ProxyKubeconfig returns kube-proxy's kubeconfig.
+func (c StaticCredentials) ProxyKubeconfig(context.Context) ([]byte, error) { return c.Proxy, nil }

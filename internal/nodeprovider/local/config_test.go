@@ -1,0 +1,87 @@
+package local
+
+import (
+	"net/netip"
+	"strings"
+	"testing"
+
+	"k8s.io/apimachinery/pkg/api/resource"
+
+	"fke.dev/fke/internal/nodeprovider"
+)
+
+func TestReservation(t *testing.T) {
+	q := resource.MustParse
+	res, err := Reservation(q("2"), q("23Gi"), q("2"), q("8Gi"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	mem := res["memory"]
+	want := q("15Gi")
+	want.Sub(evictionMemory)
+	if cpu := res["cpu"]; !cpu.IsZero() || mem.Cmp(want) != 0 {
+		t.Errorf("Reservation = cpu %s memory %s, want 0 and %s", res.Cpu(), mem.String(), want.String())
+	}
+	if _, err := Reservation(q("2"), q("23Gi"), q("8"), q("32Gi")); err == nil || !strings.Contains(err.Error(), "do not fit this host") {
+		t.Errorf("Reservation of a too large shape: %v", err)
+	}
+}
+
+func TestNodeLabels(t *testing.T) {
+	kubelet, others := NodeLabels(map[string]string{
+		"kubernetes.io/hostname":           "n1",
+		"node.kubernetes.io/instance-type": "cpu-small",
+		"topology.kubernetes.io/zone":      "local-a",
+		"fke.dev/nodepool":                 "cpu",
+		"node-role.kubernetes.io/worker":   "",
+		"team":                             "ml",
+	})
+	if kubelet != "fke.dev/nodepool=cpu,node.kubernetes.io/instance-type=cpu-small,team=ml,topology.kubernetes.io/zone=local-a" {
+		t.Errorf("kubelet labels %q", kubelet)
+	}
+	if len(others) != 1 || others["node-role.kubernetes.io/worker"] != "" {
+		t.Errorf("labels left to the provider %v", others)
+	}
+}
+
+func TestCNIConfigRoutesWithoutMasquerade(t *testing.T) {
+	data, err := CNIConfig(Layout{Dir: "/n"}, netip.MustParsePrefix("10.112.3.0/24"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := string(data)
+	for _, want := range []string{`"subnet": "10.112.3.0/24"`, `"ipMasq": false`, `"dataDir": "/n/cni/ipam"`, `"type": "portmap"`} {
+		if !strings.Contains(s, want) {
+			t.Errorf("CNI config lacks %s:\n%s", want, s)
+		}
+	}
+}
+
+func TestCheckPodCIDR(t *testing.T) {
+	other := record{ClusterKey: "default/b", PodCIDR: "10.112.0.0/12", Config: NodeConfig{Server: "https://172.29.0.1:2"}}
+	a := nodeprovider.Cluster{Key: "default/a", PodCIDR: "10.112.0.0/16", Join: &nodeprovider.Join{Server: "https://172.29.0.1:1"}}
+	err := checkPodCIDR(a, []record{other})
+	if err == nil || !strings.Contains(err.Error(), "cluster default/b") || !strings.Contains(err.Error(), "spec.network.podCIDR") {
+		t.Errorf("overlapping pod ranges: %v", err)
+	}
+	a.PodCIDR = "10.128.0.0/16"
+	if err := checkPodCIDR(a, []record{other}); err != nil {
+		t.Errorf("disjoint pod ranges: %v", err)
+	}
+	joined := nodeprovider.Cluster{Key: "joined/default.b", PodCIDR: "10.112.0.0/12", Join: &nodeprovider.Join{Server: "https://172.29.0.1:2"}}
+	if err := checkPodCIDR(joined, []record{other}); err != nil {
+		t.Errorf("a node joined to the same cluster: %v", err)
+	}
+}
+
+func TestParseProviderID(t *testing.T) {
+	key, node, ok := parseProviderID(ProviderID("default/demo", "demo-cpu-1"))
+	if !ok || key != "default/demo" || node != "demo-cpu-1" {
+		t.Errorf("parseProviderID = %q %q %v", key, node, ok)
+	}
+	for _, bad := range []string{"kwok://demo/n", "local://demo/n", "local://a/../n", "local://a/b/c/d"} {
+		if _, _, ok := parseProviderID(bad); ok {
+			t.Errorf("parseProviderID(%q) accepted", bad)
+		}
+	}
+}
