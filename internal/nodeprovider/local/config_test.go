@@ -5,7 +5,11 @@ import (
 	"strings"
 	"testing"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+	proxyv1alpha1 "k8s.io/kube-proxy/config/v1alpha1"
+	kubeletv1beta1 "k8s.io/kubelet/config/v1beta1"
+	"sigs.k8s.io/yaml"
 
 	"fke.dev/fke/internal/nodeprovider"
 )
@@ -83,5 +87,42 @@ func TestParseProviderID(t *testing.T) {
 		if _, _, ok := parseProviderID(bad); ok {
 			t.Errorf("parseProviderID(%q) accepted", bad)
 		}
+	}
+}
+
+// TestKubeletConfigDecodes decodes the rendered configuration strictly into
+// the kubelet's own type: every field name is one the kubelet knows.
+func TestKubeletConfigDecodes(t *testing.T) {
+	data, err := KubeletConfig(Layout{Dir: "/n"}, KubeletSpec{
+		NodeIP: netip.MustParseAddr("172.29.0.2"), ProviderID: "local://default/demo/n", CgroupRoot: "/fke/x",
+		ClusterDNS: "10.96.0.10", Taints: []corev1.Taint{{Key: "k", Value: "v", Effect: corev1.TaintEffectNoSchedule}},
+		Reserved: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("0"), corev1.ResourceMemory: resource.MustParse("1Gi")},
+		MaxPods:  110, ServerTLSBootstrap: true,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cfg kubeletv1beta1.KubeletConfiguration
+	if err := yaml.UnmarshalStrict(data, &cfg); err != nil {
+		t.Fatalf("kubelet configuration: %v\n%s", err, data)
+	}
+	if cfg.SystemReserved["memory"] != "1Gi" || cfg.SystemReserved["cpu"] != "" || len(cfg.RegisterWithTaints) != 1 || cfg.Address != "172.29.0.2" {
+		t.Errorf("decoded %+v", cfg)
+	}
+}
+
+// TestProxyConfigDecodes decodes kube-proxy's configuration strictly into
+// its own type.
+func TestProxyConfigDecodes(t *testing.T) {
+	data, err := ProxyConfig(Layout{Dir: "/n"}, ProxySpec{NodeName: "n", NodeIP: netip.MustParseAddr("172.29.0.2"), ClusterCIDR: "10.112.0.0/12"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cfg proxyv1alpha1.KubeProxyConfiguration
+	if err := yaml.UnmarshalStrict(data, &cfg); err != nil {
+		t.Fatalf("kube-proxy configuration: %v\n%s", err, data)
+	}
+	if cfg.Mode != "iptables" || cfg.HostnameOverride != "n" || cfg.Conntrack.MaxPerCore == nil || *cfg.Conntrack.MaxPerCore != 0 {
+		t.Errorf("decoded %+v", cfg)
 	}
 }
