@@ -21,13 +21,17 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/client-go/tools/remotecommand"
 
 	"fke.dev/fke/internal/binaries"
+	"fke.dev/fke/internal/bootstrap"
 	"fke.dev/fke/internal/hostnet"
 	"fke.dev/fke/internal/manager"
 	"fke.dev/fke/internal/nodeprovider/local"
@@ -145,6 +149,73 @@ func TestLocalNodes(t *testing.T) {
 			}
 			return nil
 		})
+	})
+	t.Run("a node's credentials cannot modify another Node", func(t *testing.T) {
+		kc := filepath.Join(e.DataDir, "nodes", "default", "demo", a.Name, "config", "kubelet.kubeconfig")
+		cfg, err := clientcmd.BuildConfigFromFlags("", kc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		nodeClient := kubernetes.NewForConfigOrDie(cfg)
+		patch := []byte(`{"metadata":{"labels":{"stolen":"yes"}}}`)
+		if _, err := nodeClient.CoreV1().Nodes().Patch(t.Context(), b.Name, types.StrategicMergePatchType, patch, metav1.PatchOptions{}); !apierrors.IsForbidden(err) {
+			t.Errorf("node %s patching node %s: %v, want Forbidden", a.Name, b.Name, err)
+		}
+		if _, err := nodeClient.CoreV1().Nodes().Patch(t.Context(), a.Name, types.StrategicMergePatchType, patch, metav1.PatchOptions{}); err != nil {
+			t.Errorf("node %s patching itself: %v", a.Name, err)
+		}
+	})
+	t.Run("an expired bootstrap token cannot join", func(t *testing.T) {
+		tok := bootstrap.Token{ID: "expire", Secret: "0123456789abcdef", Expires: time.Now().Add(-time.Minute)}
+		if _, err := cs.CoreV1().Secrets("kube-system").Create(t.Context(), bootstrap.TokenSecret(tok, "cpu"), metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		cfg := e.TenantConfig("demo")
+		cfg.CertData, cfg.KeyData, cfg.CertFile, cfg.KeyFile = nil, nil, "", ""
+		cfg.BearerToken = tok.String()
+		_, err := kubernetes.NewForConfigOrDie(cfg).CertificatesV1().CertificateSigningRequests().List(t.Context(), metav1.ListOptions{})
+		if !apierrors.IsUnauthorized(err) {
+			t.Errorf("request with an expired bootstrap token: %v, want Unauthorized", err)
+		}
+	})
+	t.Run("a host joined with fke node join runs a pod", func(t *testing.T) {
+		file := filepath.Join(t.TempDir(), "bootstrap.yaml")
+		if err := os.WriteFile(file, []byte(e.MustRun("node", "bootstrap-file", "demo", "--pool", "metal")), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		cmd := exec.CommandContext(ctx, e.Fke, "--data-dir", e.DataDir, "--bin-dir", e.BinDir, "node", "join", "--bootstrap", file, "--name", "metal-1")
+		cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
+		var out bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &out
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		defer func() {
+			cancel()
+			if err := cmd.Wait(); err != nil {
+				t.Errorf("fke node join: %v\n%s", err, out.String())
+			}
+			if !strings.Contains(out.String(), "removed from this host") {
+				t.Errorf("fke node join did not remove its node:\n%s", out.String())
+			}
+			// Its Node stays NotReady in the cluster until deleted there.
+			if err := cs.CoreV1().Nodes().Delete(context.Background(), "metal-1", metav1.DeleteOptions{}); err != nil {
+				t.Error(err)
+			}
+		}()
+		testenv.Eventually(t, 2*time.Minute, "node metal-1 Ready", func() error {
+			n, err := cs.CoreV1().Nodes().Get(t.Context(), "metal-1", metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			if !ready(n) || n.Labels["fke.dev/nodepool"] != "metal" {
+				return fmt.Errorf("node %s ready %v labels %v", n.Name, ready(n), n.Labels)
+			}
+			return nil
+		})
+		p := runPod(t, cs, "on-metal", "metal-1", "get", "http://"+server.Status.PodIP+":8080/")
+		waitSucceeded(t, cs, p.Name)
 	})
 	t.Run("idle memory per node", func(t *testing.T) {
 		for _, n := range nodes {
