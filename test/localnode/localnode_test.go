@@ -266,6 +266,23 @@ func TestLocalNodes(t *testing.T) {
 			return nil
 		})
 	})
+	t.Run("the autoscaler grows a local pool from zero for a pending pod", func(t *testing.T) {
+		e.MustRun("nodepool", "create", "demo/auto", "--provider", "local", "--instance-type", "cpu-small", "--min", "0", "--max", "1")
+		pod := &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: "wants-auto"},
+			Spec: corev1.PodSpec{
+				NodeSelector:  map[string]string{"fke.dev/nodepool": "auto"},
+				RestartPolicy: corev1.RestartPolicyNever,
+				Containers:    []corev1.Container{{Name: "app", Image: appImage, ImagePullPolicy: corev1.PullNever, Args: []string{"echo", "scaled"}}},
+			},
+		}
+		start := time.Now()
+		if _, err := cs.CoreV1().Pods("default").Create(t.Context(), pod, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		waitSucceeded(t, cs, pod.Name)
+		t.Logf("FIGURE pending pod -> local node from zero -> pod done: %s", time.Since(start).Round(10*time.Millisecond))
+	})
 }
 
 func ready(n *corev1.Node) bool {
