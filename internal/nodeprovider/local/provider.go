@@ -521,7 +521,13 @@ func (p *Provider) tidyLocked(ctx context.Context) error {
 	return nil
 }
 
+// removeHostLocked removes the bridge, fke's chains, the mount namespace
+// directory and the parent cgroup, unless nodes of another fke (another
+// data directory, fke node join) still use them.
 func (p *Provider) removeHostLocked(ctx context.Context) error {
+	if used, err := p.host.UsedIPs(ctx); err != nil || len(used) > 0 {
+		return err
+	}
 	var errs []error
 	if err := p.host.RemoveBridge(ctx); err != nil {
 		errs = append(errs, err)
