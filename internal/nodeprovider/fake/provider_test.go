@@ -31,7 +31,7 @@ func TestCreateRecordsAndIsIdempotent(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := nodeprovider.Instance{ProviderID: "fake://demo/node-m1", NodeName: "node-m1", MachineName: "m1"}
+	want := nodeprovider.Instance{ProviderID: "fake://demo/node-m1", NodeName: "node-m1", MachineName: "m1", State: nodeprovider.InstanceRunning}
 	if first != want {
 		t.Fatalf("Create = %+v, want %+v", first, want)
 	}
