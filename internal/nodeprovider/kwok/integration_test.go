@@ -127,7 +127,7 @@ func TestProviderAgainstTenantCluster(t *testing.T) {
 		if err != nil {
 			t.Fatalf("Create %s: %v", machine, err)
 		}
-		want := nodeprovider.Instance{ProviderID: "kwok://demo/demo-" + machine, NodeName: "demo-" + machine, MachineName: machine}
+		want := nodeprovider.Instance{ProviderID: "kwok://demo/demo-" + machine, NodeName: "demo-" + machine, MachineName: machine, State: nodeprovider.InstanceRunning}
 		if in != want {
 			t.Fatalf("Create %s = %+v, want %+v", machine, in, want)
 		}
