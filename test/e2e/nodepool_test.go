@@ -121,7 +121,7 @@ func TestNodePools(t *testing.T) {
 	// The pool reports GPU capacity and allocation.
 	testenv.Eventually(t, 30*time.Second, "pool GPU status", func() error {
 		np := &fkev1.NodePool{}
-		if err := e.Client().Get(ctx, client.ObjectKey{Namespace: "default", Name: "gpu"}, np); err != nil {
+		if err := e.Client().Get(ctx, client.ObjectKey{Namespace: "default", Name: "demo.gpu"}, np); err != nil {
 			return err
 		}
 		if np.Status.GPUCapacity != 16 || np.Status.GPUAllocated != 4 || np.Status.ReadyReplicas != 2 {
@@ -159,7 +159,7 @@ func TestNodePools(t *testing.T) {
 	// (maxSurge 1, maxUnavailable 0: never fewer than one ready CPU node).
 	oldCPU := names(poolNodes(t, cs, "cpu"))
 	cpuPool := &fkev1.NodePool{}
-	if err := e.Client().Get(ctx, client.ObjectKey{Namespace: "default", Name: "cpu"}, cpuPool); err != nil {
+	if err := e.Client().Get(ctx, client.ObjectKey{Namespace: "default", Name: "demo.cpu"}, cpuPool); err != nil {
 		t.Fatal(err)
 	}
 	patch := client.MergeFrom(cpuPool.DeepCopy())
