@@ -35,8 +35,8 @@ var H100 = &fkev1.InstanceType{
 // nodeSpec is the spec of machine in cluster, of instance type it.
 func nodeSpec(it *fkev1.InstanceType, cluster nodeprovider.Cluster, machine string) nodeprovider.NodeSpec {
 	pool := &fkev1.NodePool{
-		ObjectMeta: metav1.ObjectMeta{Name: "pool", Namespace: "default"},
-		Spec:       fkev1.NodePoolSpec{ClusterName: cluster.Name, InstanceType: it.Name},
+		ObjectMeta: metav1.ObjectMeta{Name: cluster.Name + ".pool", Namespace: "default"},
+		Spec:       fkev1.NodePoolSpec{ClusterName: cluster.Name, PoolName: "pool", InstanceType: it.Name},
 	}
 	return nodeprovider.NodeSpec{
 		MachineName:  machine,
