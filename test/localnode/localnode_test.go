@@ -217,6 +217,53 @@ func TestLocalNodes(t *testing.T) {
 		p := runPod(t, cs, "on-metal", "metal-1", "get", "http://"+server.Status.PodIP+":8080/")
 		waitSucceeded(t, cs, p.Name)
 	})
+	t.Run("a manager restart keeps pods running and the nodes come back", func(t *testing.T) {
+		before, err := cs.CoreV1().Pods("default").Get(t.Context(), "server", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		managerPid := func() int {
+			for _, c := range e.State().Components {
+				if c.Name == "fke-manager" {
+					return c.PID
+				}
+			}
+			return 0
+		}
+		old, oldKubelet := managerPid(), kubeletPid(t, a.Name)
+		if err := syscall.Kill(old, syscall.SIGKILL); err != nil {
+			t.Fatal(err)
+		}
+		testenv.Eventually(t, 2*time.Minute, "a new manager and kubelet", func() error {
+			if p := managerPid(); p == old || p == 0 {
+				return fmt.Errorf("manager pid %d", p)
+			}
+			if p := kubeletPid(t, a.Name); p == oldKubelet || p == 0 {
+				return fmt.Errorf("kubelet pid %d", p)
+			}
+			return nil
+		})
+		if body := httpGet(t, "http://"+net.JoinHostPort(server.Status.PodIP, "8080")+"/"); !strings.Contains(body, "hello from server") {
+			t.Errorf("server after the restart: %q", body)
+		}
+		testenv.Eventually(t, time.Minute, "node Ready, pod untouched", func() error {
+			n, err := cs.CoreV1().Nodes().Get(t.Context(), a.Name, metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			p, err := cs.CoreV1().Pods("default").Get(t.Context(), "server", metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			if !ready(n) || p.Status.Phase != corev1.PodRunning {
+				return fmt.Errorf("node ready %v, pod %s", ready(n), p.Status.Phase)
+			}
+			if p.Status.ContainerStatuses[0].ContainerID != before.Status.ContainerStatuses[0].ContainerID || p.Status.ContainerStatuses[0].RestartCount != 0 {
+				return fmt.Errorf("container %s restarts %d, was %s", p.Status.ContainerStatuses[0].ContainerID, p.Status.ContainerStatuses[0].RestartCount, before.Status.ContainerStatuses[0].ContainerID)
+			}
+			return nil
+		})
+	})
 	t.Run("idle memory per node", func(t *testing.T) {
 		for _, n := range nodes {
 			t.Logf("FIGURE node %s RSS (kubelet+containerd+kube-proxy): %d MiB", n.Name, nodeRSS(t, n.Name)/(1<<20))
