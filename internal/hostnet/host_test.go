@@ -94,6 +94,9 @@ func TestHostNetwork(t *testing.T) {
 	if out, err := inNode(ctx, a, "timeout", "3", "bash", "-c", "exec 3<>/dev/tcp/"+Gateway.String()+"/"+strconv.Itoa(closed)); err == nil {
 		t.Errorf("node a reached the unexposed port %d: %s", closed, out)
 	}
+	if out, err := exec.CommandContext(ctx, "bash", "-c", "exec 3<>/dev/tcp/"+Gateway.String()+"/"+strconv.Itoa(exposed)+" && head -c 5 <&3").CombinedOutput(); err != nil || string(out) != "hello" {
+		t.Errorf("the host reading the exposed port at the gateway: %q, %v", out, err)
+	}
 	if err := h.Unexpose(ctx, exposed); err != nil {
 		t.Fatal(err)
 	}

@@ -41,7 +41,8 @@ const (
 // iptables chains fke owns; each is jumped to from the built-in chain of
 // the same suffix, so cleanup is a flush and a delete.
 const (
-	ChainPrerouting = "FKE-PREROUTING" // nat: DNAT of exposed ports
+	ChainPrerouting = "FKE-PREROUTING" // nat: DNAT of exposed ports (from nodes)
+	ChainOutput     = "FKE-OUTPUT"     // nat: DNAT of exposed ports (from the host)
 	ChainInput      = "FKE-INPUT"      // filter: node addresses only from fke0
 	ChainForward    = "FKE-FORWARD"    // filter: node traffic stays on the bridge
 )

@@ -19,6 +19,7 @@ type rule struct {
 func jumps() []rule {
 	return []rule{
 		{"nat", "PREROUTING", []string{"-m", "comment", "--comment", "fke local nodes", "-j", ChainPrerouting}},
+		{"nat", "OUTPUT", []string{"-m", "comment", "--comment", "fke local nodes", "-j", ChainOutput}},
 		{"filter", "INPUT", []string{"-m", "comment", "--comment", "fke local nodes", "-j", ChainInput}},
 		{"filter", "FORWARD", []string{"-m", "comment", "--comment", "fke local nodes", "-j", ChainForward}},
 	}
@@ -39,13 +40,20 @@ func baseRules() []rule {
 	}
 }
 
-// exposeRule DNATs node traffic to the gateway's port to the loopback port.
-func exposeRule(port int) rule {
+// exposeRules DNAT traffic to the gateway's port to the loopback port: from
+// nodes, and from the host itself (so the URL nodes use works here too).
+func exposeRules(port int) []rule {
 	p := strconv.Itoa(port)
-	return rule{"nat", ChainPrerouting, []string{
-		"-i", Bridge, "-d", Gateway.String() + "/32", "-p", "tcp", "--dport", p,
-		"-j", "DNAT", "--to-destination", "127.0.0.1:" + p,
-	}}
+	return []rule{
+		{"nat", ChainPrerouting, []string{
+			"-i", Bridge, "-d", Gateway.String() + "/32", "-p", "tcp", "--dport", p,
+			"-j", "DNAT", "--to-destination", "127.0.0.1:" + p,
+		}},
+		{"nat", ChainOutput, []string{
+			"-d", Gateway.String() + "/32", "-p", "tcp", "--dport", p,
+			"-j", "DNAT", "--to-destination", "127.0.0.1:" + p,
+		}},
+	}
 }
 
 func (h *Host) iptables(ctx context.Context, args ...string) ([]byte, error) {
@@ -83,7 +91,7 @@ func (h *Host) chainExists(ctx context.Context, table, chain string) bool {
 
 // ensureChains makes fke's chains with their base rules and the jumps.
 func (h *Host) ensureChains(ctx context.Context) error {
-	for _, c := range []struct{ table, chain string }{{"nat", ChainPrerouting}, {"filter", ChainInput}, {"filter", ChainForward}} {
+	for _, c := range []struct{ table, chain string }{{"nat", ChainPrerouting}, {"nat", ChainOutput}, {"filter", ChainInput}, {"filter", ChainForward}} {
 		if !h.chainExists(ctx, c.table, c.chain) {
 			if _, err := h.iptables(ctx, "-t", c.table, "-N", c.chain); err != nil && !h.chainExists(ctx, c.table, c.chain) {
 				return fmt.Errorf("creating iptables chain %s: %w", c.chain, err)
@@ -106,7 +114,7 @@ func (h *Host) removeChains(ctx context.Context) error {
 			errs = append(errs, err)
 		}
 	}
-	for _, c := range []struct{ table, chain string }{{"nat", ChainPrerouting}, {"filter", ChainInput}, {"filter", ChainForward}} {
+	for _, c := range []struct{ table, chain string }{{"nat", ChainPrerouting}, {"nat", ChainOutput}, {"filter", ChainInput}, {"filter", ChainForward}} {
 		if !h.chainExists(ctx, c.table, c.chain) {
 			continue
 		}
@@ -129,8 +137,10 @@ func (h *Host) Expose(ctx context.Context, port int) error {
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if err := h.ensureRule(ctx, exposeRule(port)); err != nil {
-		return fmt.Errorf("exposing port %d to nodes: %w", port, err)
+	for _, r := range exposeRules(port) {
+		if err := h.ensureRule(ctx, r); err != nil {
+			return fmt.Errorf("exposing port %d to nodes: %w", port, err)
+		}
 	}
 	return nil
 }
@@ -142,8 +152,10 @@ func (h *Host) Unexpose(ctx context.Context, port int) error {
 	if !h.chainExists(ctx, "nat", ChainPrerouting) {
 		return nil
 	}
-	if err := h.deleteRule(ctx, exposeRule(port)); err != nil {
-		return fmt.Errorf("unexposing port %d: %w", port, err)
+	for _, r := range exposeRules(port) {
+		if err := h.deleteRule(ctx, r); err != nil {
+			return fmt.Errorf("unexposing port %d: %w", port, err)
+		}
 	}
 	return nil
 }

@@ -65,6 +65,7 @@ func TestLocalNodes(t *testing.T) {
 	// Registered first, so it runs after `fke down`.
 	t.Cleanup(func() { assertNoLeftovers(t) })
 	e := testenv.Up(t)
+	t.Cleanup(func() { dumpNodeLogs(t, e) }) // before fke down
 	e.MustRun("cluster", "create", "demo", "--wait")
 	start := time.Now()
 	e.MustRun("nodepool", "create", "demo/cpu", "--provider", "local", "--instance-type", "cpu-small", "--replicas", "2")
@@ -534,4 +535,23 @@ func mustAddr(t *testing.T, s string) netip.Addr {
 		t.Fatal(err)
 	}
 	return a
+}
+
+// dumpNodeLogs prints the tails of the nodes' logs when the test failed.
+func dumpNodeLogs(t *testing.T, e *testenv.Env) {
+	if !t.Failed() {
+		return
+	}
+	logs, _ := filepath.Glob(filepath.Join(e.DataDir, "nodes", "*", "*", "*", "logs", "*.log"))
+	for _, l := range logs {
+		data, err := os.ReadFile(l)
+		if err != nil {
+			continue
+		}
+		lines := strings.Split(strings.TrimSpace(string(data)), "\n")
+		if len(lines) > 25 {
+			lines = lines[len(lines)-25:]
+		}
+		t.Logf("---- %s ----\n%s", l, strings.Join(lines, "\n"))
+	}
 }

@@ -396,7 +396,14 @@ func (p *Provider) annotate(cfg *rest.Config, r record) {
 		p.log.Error("annotating node", "node", r.Config.Name, "error", err)
 		return
 	}
-	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": r.Annotations, "labels": extra}})
+	meta := map[string]any{}
+	if len(r.Annotations) > 0 {
+		meta["annotations"] = r.Annotations
+	}
+	if len(extra) > 0 {
+		meta["labels"] = extra // a null map would delete every label
+	}
+	patch, err := json.Marshal(map[string]any{"metadata": meta})
 	if err != nil {
 		return
 	}
