@@ -365,7 +365,6 @@ func CNIConfig(l Layout, podCIDR netip.Prefix) ([]byte, error) {
 				"isGateway":    true,
 				"ipMasq":       false,
 				"hairpinMode":  true,
-				"promiscMode":  true,
 				"forceAddress": false,
 				"ipam": map[string]any{
 					"type":    "host-local",

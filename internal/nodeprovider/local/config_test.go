@@ -54,6 +54,9 @@ func TestCNIConfigRoutesWithoutMasquerade(t *testing.T) {
 		t.Fatal(err)
 	}
 	s := string(data)
+	if strings.Contains(s, "promiscMode") {
+		t.Errorf("the bridge plugin refuses promiscMode with hairpinMode:\n%s", s)
+	}
 	for _, want := range []string{`"subnet": "10.112.3.0/24"`, `"ipMasq": false`, `"dataDir": "/n/cni/ipam"`, `"type": "portmap"`} {
 		if !strings.Contains(s, want) {
 			t.Errorf("CNI config lacks %s:\n%s", want, s)
