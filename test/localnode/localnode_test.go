@@ -184,16 +184,16 @@ func TestLocalNodes(t *testing.T) {
 		if err := os.WriteFile(file, []byte(e.MustRun("node", "bootstrap-file", "demo", "--pool", "metal")), 0o600); err != nil {
 			t.Fatal(err)
 		}
-		ctx, cancel := context.WithCancel(context.Background())
-		cmd := exec.CommandContext(ctx, e.Fke, "--data-dir", e.DataDir, "--bin-dir", e.BinDir, "node", "join", "--bootstrap", file, "--name", "metal-1")
-		cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
+		cmd := exec.Command(e.Fke, "--data-dir", e.DataDir, "--bin-dir", e.BinDir, "node", "join", "--bootstrap", file, "--name", "metal-1")
 		var out bytes.Buffer
 		cmd.Stdout, cmd.Stderr = &out, &out
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)
 		}
 		defer func() {
-			cancel()
+			if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+				t.Error(err)
+			}
 			if err := cmd.Wait(); err != nil {
 				t.Errorf("fke node join: %v\n%s", err, out.String())
 			}
