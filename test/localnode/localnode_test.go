@@ -62,9 +62,15 @@ func TestLocalNodes(t *testing.T) {
 	images := buildImages(t)
 	t.Setenv(manager.EnvNodePauseImage, pauseImage)
 	t.Setenv(manager.EnvNodeImages, strings.Join(images, ","))
-	// Registered first, so it runs after `fke down`.
-	t.Cleanup(func() { assertNoLeftovers(t) })
-	e := testenv.Up(t)
+	e := testenv.New(t)
+	// Registered before `fke up`, so it runs after `fke down`.
+	t.Cleanup(func() { assertNoLeftovers(t, e.DataDir) })
+	e.MustRun("up")
+	t.Cleanup(func() {
+		if out, err := e.Run("down", "--purge"); err != nil {
+			t.Errorf("fke down: %v\n%s", err, out)
+		}
+	})
 	t.Cleanup(func() { dumpNodeLogs(t, e) }) // before fke down
 	e.MustRun("cluster", "create", "demo", "--wait")
 	start := time.Now()
@@ -506,8 +512,9 @@ func nodeRSS(t *testing.T, node string) int64 {
 	return total
 }
 
-// assertNoLeftovers checks that nothing of fke's local nodes is left on the host.
-func assertNoLeftovers(t *testing.T) {
+// assertNoLeftovers checks that nothing of the local nodes of the fke in
+// dataDir is left on the host (nor fke's host network).
+func assertNoLeftovers(t *testing.T, dataDir string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	left, err := hostnet.New(nil, nil).Leftovers(ctx)
@@ -520,8 +527,8 @@ func assertNoLeftovers(t *testing.T) {
 	if cg, _ := filepath.Glob("/sys/fs/cgroup/*/fke/*"); len(cg) > 0 {
 		left = append(left, fmt.Sprintf("cgroups %v", cg))
 	}
-	if out, _ := exec.Command("pgrep", "-f", "containerd-shim").Output(); len(out) > 0 {
-		left = append(left, "containerd shims "+strings.TrimSpace(string(out)))
+	if pids := processesMounting(dataDir); len(pids) > 0 {
+		left = append(left, fmt.Sprintf("processes with the node directories mounted %v", pids))
 	}
 	if len(left) > 0 {
 		t.Errorf("left behind after fke down: %v", left)
@@ -554,4 +561,25 @@ func dumpNodeLogs(t *testing.T, e *testenv.Env) {
 		}
 		t.Logf("---- %s ----\n%s", l, strings.Join(lines, "\n"))
 	}
+}
+
+// processesMounting returns the processes whose mount namespace has a
+// mount of a directory under dir (a node's namespace: its containerd,
+// shims, kubelet).
+func processesMounting(dir string) []int {
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil
+	}
+	var out []int
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		if data, err := os.ReadFile(filepath.Join("/proc", e.Name(), "mountinfo")); err == nil && bytes.Contains(data, []byte(" "+dir+"/")) {
+			out = append(out, pid)
+		}
+	}
+	return out
 }
