@@ -46,7 +46,9 @@ type Options struct {
 	HealthAddr string
 	// MetricsAddr serves Prometheus metrics ("0" disables).
 	MetricsAddr string
-	Logger      *slog.Logger
+	// Webhook configures the validating admission webhook (Port 0 disables it).
+	Webhook WebhookOptions
+	Logger  *slog.Logger
 }
 
 // Scheme returns a scheme with the built-in kinds, the fke.dev kinds and the
@@ -85,14 +87,25 @@ func Run(ctx context.Context, opts Options) error {
 	if err != nil {
 		return err
 	}
-	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+	if opts.Webhook.CertDir == "" {
+		opts.Webhook.CertDir = filepath.Join(opts.DataDir, "webhook-pki")
+	}
+	hook, err := prepareWebhook(opts.Webhook)
+	if err != nil {
+		return err
+	}
+	mopts := ctrl.Options{
 		Scheme:                  scheme,
 		HealthProbeBindAddress:  opts.HealthAddr,
 		Metrics:                 metricsserver.Options{BindAddress: metricsAddr},
 		GracefulShutdownTimeout: ptr(30 * time.Second),
 		// Profiling is off unless asked for (see the README, Development).
 		PprofBindAddress: os.Getenv(EnvPprofAddr),
-	})
+	}
+	if hook != nil {
+		mopts.WebhookServer = hook.server
+	}
+	mgr, err := ctrl.NewManager(cfg, mopts)
 	if err != nil {
 		return fmt.Errorf("creating manager: %w", err)
 	}
@@ -160,6 +173,12 @@ func Run(ctx context.Context, opts Options) error {
 		Providers: providers,
 	}).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up cluster controller: %w", err)
+	}
+
+	if hook != nil {
+		if err := hook.register(ctx, mgr, cfg, scheme, providers); err != nil {
+			return fmt.Errorf("setting up the admission webhook: %w", err)
+		}
 	}
 
 	log.Info("starting fke-manager")
