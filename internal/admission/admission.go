@@ -131,6 +131,11 @@ func (v *Validator) checkNodePool(ctx context.Context, np, old *fkev1.NodePool) 
 			return nil, fmt.Errorf("reading instance type %s: %w", np.Spec.InstanceType, err)
 		}
 	}
+	grows := old == nil || PoolMaximum(np.Spec) > PoolMaximum(old.Spec)
+	if !grows {
+		// Nothing below applies (the autoscaler's resizes end here).
+		return msgs, nil
+	}
 	cl := &fkev1.Cluster{}
 	err := v.Reader.Get(ctx, client.ObjectKey{Namespace: np.Namespace, Name: np.Spec.ClusterName}, cl)
 	switch {
@@ -148,14 +153,12 @@ func (v *Validator) checkNodePool(ctx context.Context, np, old *fkev1.NodePool) 
 	}
 	// Only a pool that may grow is checked for room (the autoscaler resizes
 	// within maxSize without a check).
-	if old == nil || PoolMaximum(np.Spec) > PoolMaximum(old.Spec) {
-		msg, err := v.checkRoom(ctx, cl, np)
-		if err != nil {
-			return nil, err
-		}
-		if msg != "" {
-			msgs = append(msgs, msg)
-		}
+	msg, err := v.checkRoom(ctx, cl, np)
+	if err != nil {
+		return nil, err
+	}
+	if msg != "" {
+		msgs = append(msgs, msg)
 	}
 	return msgs, nil
 }
