@@ -69,9 +69,11 @@ func (w *webhookSetup) register(ctx context.Context, mgr ctrl.Manager, cfg *rest
 	}
 	slices.Sort(names)
 	v := admission.New(scheme, mgr.GetAPIReader(), func() []fkev1.ProviderName { return names })
-	w.server.Register(admission.PathCluster, &webhook.Admission{Handler: v.ClusterHandler()})
-	w.server.Register(admission.PathNodePool, &webhook.Admission{Handler: v.NodePoolHandler()})
-	if err := mgr.AddReadyzCheck("webhook", w.server.StartedChecker()); err != nil {
+	// GetWebhookServer (not w.server) also adds the server to the manager's runnables.
+	srv := mgr.GetWebhookServer()
+	srv.Register(admission.PathCluster, &webhook.Admission{Handler: v.ClusterHandler()})
+	srv.Register(admission.PathNodePool, &webhook.Admission{Handler: v.NodePoolHandler()})
+	if err := mgr.AddReadyzCheck("webhook", srv.StartedChecker()); err != nil {
 		return err
 	}
 	c, err := client.New(cfg, client.Options{Scheme: scheme})
