@@ -53,12 +53,13 @@ type NodePoolSpec struct {
 	// values. Keys under kubernetes.io/, k8s.io/ and fke.dev/ (and their
 	// subdomains, such as node.kubernetes.io/) are set by Kubernetes and fke
 	// and refused, except node-restriction.kubernetes.io/, the prefix
-	// Kubernetes keeps for labels an administrator sets on nodes. The schema
+	// Kubernetes keeps for labels an administrator sets on nodes, and
+	// topology.kubernetes.io/zone and /region, which place a pool. The schema
 	// checks keys and value lengths; fke-manager's admission webhook checks
 	// the values' characters (too costly for CEL).
 	// +kubebuilder:validation:MaxProperties=64
 	// +kubebuilder:validation:XValidation:rule="self.all(k, !format.qualifiedName().validate(k).hasValue())",messageExpression="'label key ' + self.filter(k, format.qualifiedName().validate(k).hasValue())[0] + ' is not a valid Kubernetes label key: write [prefix/]name, a DNS subdomain prefix of at most 253 characters and a name of at most 63 alphanumerics, -, _ or ., starting and ending with an alphanumeric'"
-	// +kubebuilder:validation:XValidation:rule="self.all(k, !k.matches('^([a-z0-9.-]*[.])?(kubernetes[.]io|k8s[.]io|fke[.]dev)/') || k.startsWith('node-restriction.kubernetes.io/'))",messageExpression="'label key ' + self.filter(k, k.matches('^([a-z0-9.-]*[.])?(kubernetes[.]io|k8s[.]io|fke[.]dev)/') && !k.startsWith('node-restriction.kubernetes.io/'))[0] + ' uses a prefix reserved for Kubernetes and fke (kubernetes.io, k8s.io, fke.dev and their subdomains): use a prefix of your own, such as example.com/, or node-restriction.kubernetes.io/'"
+	// +kubebuilder:validation:XValidation:rule="self.all(k, !k.matches('^([a-z0-9.-]*[.])?(kubernetes[.]io|k8s[.]io|fke[.]dev)/') || k.startsWith('node-restriction.kubernetes.io/') || k in ['topology.kubernetes.io/zone', 'topology.kubernetes.io/region'])",messageExpression="'label key ' + self.filter(k, k.matches('^([a-z0-9.-]*[.])?(kubernetes[.]io|k8s[.]io|fke[.]dev)/') && !k.startsWith('node-restriction.kubernetes.io/') && !(k in ['topology.kubernetes.io/zone', 'topology.kubernetes.io/region']))[0] + ' uses a prefix reserved for Kubernetes and fke (kubernetes.io, k8s.io, fke.dev and their subdomains): use a prefix of your own, such as example.com/, or node-restriction.kubernetes.io/ (topology.kubernetes.io/zone and /region are allowed too)'"
 	// +kubebuilder:validation:XValidation:rule="self.all(k, self[k].size() <= 63)",messageExpression="'label ' + self.filter(k, self[k].size() > 63)[0] + ': a label value must be at most 63 characters'"
 	// +optional
 	Labels map[string]string `json:"labels,omitempty"`

@@ -94,13 +94,14 @@ func TestCELRules(t *testing.T) {
 		name, kind, obj, old string
 		want                 string // "" = accepted
 	}{
-		{"good pool", "NodePool", pool + ", labels: {team: ml, example.com/tier: gpu, node-restriction.kubernetes.io/pool: a}, taints: [{key: example.com/dedicated, value: ml, effect: NoSchedule}, {key: nvidia.com/gpu, effect: NoExecute}]}", "", ""},
+		{"good pool", "NodePool", pool + ", labels: {team: ml, example.com/tier: gpu, node-restriction.kubernetes.io/pool: a, topology.kubernetes.io/zone: local-b}, taints: [{key: example.com/dedicated, value: ml, effect: NoSchedule}, {key: nvidia.com/gpu, effect: NoExecute}]}", "", ""},
 		{"label key with spaces", "NodePool", pool + ", labels: {'bad key': x}}", "", "label key bad key is not a valid Kubernetes label key: write [prefix/]name"},
 		{"label key prefix not a domain", "NodePool", pool + ", labels: {'Example_com/x': 'z'}}", "", "label key Example_com/x is not a valid Kubernetes label key"},
 		{"label key name too long", "NodePool", pool + ", labels: {'example.com/" + strings.Repeat("n", 64) + "': 'z'}}", "", "is not a valid Kubernetes label key"},
 		{"label value of 10000 characters", "NodePool", pool + ", labels: {team: " + long + "}}", "", "label team: a label value must be at most 63 characters"},
 		{"reserved label kubernetes.io", "NodePool", pool + ", labels: {kubernetes.io/hostname: x}}", "", "label key kubernetes.io/hostname uses a prefix reserved for Kubernetes and fke"},
 		{"reserved label node.kubernetes.io", "NodePool", pool + ", labels: {node.kubernetes.io/instance-type: x}}", "", "label key node.kubernetes.io/instance-type uses a prefix reserved"},
+		{"reserved topology label", "NodePool", pool + ", labels: {topology.kubernetes.io/rack: x}}", "", "label key topology.kubernetes.io/rack uses a prefix reserved"},
 		{"reserved label k8s.io", "NodePool", pool + ", labels: {k8s.io/x: y}}", "", "label key k8s.io/x uses a prefix reserved"},
 		{"reserved label fke.dev", "NodePool", pool + ", labels: {fke.dev/nodepool: other}}", "", "label key fke.dev/nodepool uses a prefix reserved"},
 		{"taint value too long", "NodePool", pool + ", taints: [{key: a, value: " + long + ", effect: NoSchedule}]}", "", "a taint value at most 63"},

@@ -32,6 +32,8 @@ func TestPoolLabelsAndTaints(t *testing.T) {
 		{"reserved node.kubernetes.io", map[string]string{"node.kubernetes.io/instance-type": "x"}, nil, "uses a prefix reserved"},
 		{"reserved k8s.io subdomain", map[string]string{"x.k8s.io/a": "x"}, nil, "uses a prefix reserved"},
 		{"reserved fke.dev", map[string]string{"fke.dev/nodepool": "x"}, nil, "uses a prefix reserved"},
+		{"topology labels allowed", map[string]string{"topology.kubernetes.io/zone": "local-b", "topology.kubernetes.io/region": "local"}, nil, ""},
+		{"other topology label reserved", map[string]string{"topology.kubernetes.io/rack": "r1"}, nil, "uses a prefix reserved"},
 		{"not reserved: lookalike domain", map[string]string{"notkubernetes.io/a": "x", "fke.dev.example.com/a": "y"}, nil, ""},
 		{"taint key invalid", nil, []corev1.Taint{{Key: "a b", Effect: corev1.TaintEffectNoSchedule}}, `taint key "a b" is not valid`},
 		{"taint key empty", nil, []corev1.Taint{{Key: "", Effect: corev1.TaintEffectNoSchedule}}, `taint key "" is not valid`},

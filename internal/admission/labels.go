@@ -2,6 +2,7 @@ package admission
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 
@@ -21,6 +22,10 @@ var reservedDomains = []string{"kubernetes.io", "k8s.io", "fke.dev"}
 // is a pod annotation, not a node label.
 var allowedPrefixes = []string{"node-restriction.kubernetes.io/"}
 
+// allowedLabels are well-known labels a pool may set on its nodes: the
+// topology that places it (they override the instance type's zone).
+var allowedLabels = []string{corev1.LabelTopologyZone, corev1.LabelTopologyRegion}
+
 // reservedKey reports whether key uses a prefix only Kubernetes or fke may set.
 func reservedKey(key string) bool {
 	prefix, _, ok := strings.Cut(key, "/")
@@ -31,6 +36,9 @@ func reservedKey(key string) bool {
 		if strings.HasPrefix(key, a) {
 			return false
 		}
+	}
+	if slices.Contains(allowedLabels, key) {
+		return false
 	}
 	for _, d := range reservedDomains {
 		if prefix == d || strings.HasSuffix(prefix, "."+d) {
@@ -47,8 +55,8 @@ func checkKey(what, key string) string {
 		return fmt.Sprintf("%s %q is not valid: %s", what, key, strings.Join(errs, "; "))
 	}
 	if reservedKey(key) {
-		return fmt.Sprintf("%s %q uses a prefix reserved for Kubernetes and fke (%s and their subdomains): use a prefix of your own, such as example.com/, or %s",
-			what, key, strings.Join(reservedDomains, ", "), strings.Join(allowedPrefixes, ", "))
+		return fmt.Sprintf("%s %q uses a prefix reserved for Kubernetes and fke (%s and their subdomains): use a prefix of your own, such as example.com/, or %s (%s are allowed too)",
+			what, key, strings.Join(reservedDomains, ", "), strings.Join(allowedPrefixes, ", "), strings.Join(allowedLabels, ", "))
 	}
 	return ""
 }

@@ -138,7 +138,7 @@ func TestAPIRejectsBadObjects(t *testing.T) {
 		{"cpu zero", itype(func(it *fkev1.InstanceType) { it.Spec.CPU = resource.MustParse("0") }), "cpu must be greater than zero, such as 4 or 500m (got 0)"},
 		{"cpu negative", itype(func(it *fkev1.InstanceType) { it.Spec.CPU = resource.MustParse("-4") }), "cpu must be greater than zero, such as 4 or 500m (got -4)"},
 		{"memory zero", itype(func(it *fkev1.InstanceType) { it.Spec.Memory = resource.MustParse("0") }), "memory must be greater than zero"},
-		{"pods zero", itype(func(it *fkev1.InstanceType) { it.Spec.Pods = -1 }), "spec.pods"},
+		{"pods negative", itype(func(it *fkev1.InstanceType) { it.Spec.Pods = -1 }), "spec.pods"},
 		{"price negative", itype(func(it *fkev1.InstanceType) { it.Spec.PricePerHour = "-1" }), "pricePerHour must be a non-negative decimal such as 2.50 (got -1)"},
 		{"MIG profile malformed", itype(func(it *fkev1.InstanceType) {
 			it.Spec.GPU = &fkev1.InstanceGPU{Count: 1, Product: "NVIDIA-A100", MemoryMiB: 81920, MIGProfiles: []string{"1g.10gb", "10gb"}}
@@ -174,8 +174,12 @@ func TestAPIRejectsBadObjects(t *testing.T) {
 		}
 	})
 
-	// Immutable fields: a good object can be created, then not changed.
-	np := pool(func(p *fkev1.NodePool) {})
+	// Immutable fields: a good object (with labels and taints a user may
+	// set) can be created, then not changed.
+	np := pool(func(p *fkev1.NodePool) {
+		p.Spec.Labels = map[string]string{"example.com/team": "ml", "topology.kubernetes.io/zone": "local-b", "node-restriction.kubernetes.io/tier": "gold", "empty": ""}
+		p.Spec.Taints = []corev1.Taint{{Key: "example.com/dedicated", Value: "ml", Effect: corev1.TaintEffectNoSchedule}, {Key: "example.com/dedicated", Value: "ml", Effect: corev1.TaintEffectNoExecute}}
+	})
 	if err := c.Create(ctx, np); err != nil {
 		t.Fatalf("creating a valid pool: %v", err)
 	}
