@@ -100,12 +100,42 @@ func (v *Validator) NodePoolHandler() ctrladmission.Handler {
 				return ctrladmission.Errored(http.StatusBadRequest, err)
 			}
 		}
+		if old == nil {
+			legacy, err := v.renamedFrom(ctx, np)
+			if err != nil {
+				return ctrladmission.Errored(http.StatusInternalServerError, err)
+			}
+			old = legacy
+		}
 		msgs, err := v.checkNodePool(ctx, np, old)
 		if err != nil {
 			return ctrladmission.Errored(http.StatusInternalServerError, err)
 		}
 		return respond(msgs)
 	})
+}
+
+// renamedFrom returns the pool np is a rename of, when np is the manager's
+// copy of a pool made before per-cluster names (annotation
+// fkev1.AnnotationRenamedFrom, same cluster): the copy is then checked as an
+// update of that pool, so a rename never fails on a rule the original
+// predates. nil when np is a plain create.
+func (v *Validator) renamedFrom(ctx context.Context, np *fkev1.NodePool) (*fkev1.NodePool, error) {
+	from := np.Annotations[fkev1.AnnotationRenamedFrom]
+	if from == "" {
+		return nil, nil
+	}
+	legacy := &fkev1.NodePool{}
+	err := v.Reader.Get(ctx, client.ObjectKey{Namespace: np.Namespace, Name: from}, legacy)
+	switch {
+	case apierrors.IsNotFound(err):
+		return nil, nil
+	case err != nil:
+		return nil, fmt.Errorf("reading node pool %s: %w", from, err)
+	case legacy.Spec.ClusterName != np.Spec.ClusterName || !legacy.Legacy():
+		return nil, nil
+	}
+	return legacy, nil
 }
 
 // checkNodePool returns why np (an update of old, or a create when old is
@@ -174,7 +204,8 @@ func (v *Validator) checkRoom(ctx context.Context, cl *fkev1.Cluster, np *fkev1.
 	}
 	sizes := map[string]int64{np.Name: PoolMaximum(np.Spec)}
 	for _, p := range pools.Items {
-		if p.Spec.ClusterName == cl.Name && p.Name != np.Name && p.DeletionTimestamp.IsZero() {
+		renamed := p.Name == np.Annotations[fkev1.AnnotationRenamedFrom] // the same pool under its old name
+		if p.Spec.ClusterName == cl.Name && p.Name != np.Name && !renamed && p.DeletionTimestamp.IsZero() {
 			sizes[p.Name] = PoolMaximum(p.Spec)
 		}
 	}

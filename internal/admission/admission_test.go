@@ -145,7 +145,13 @@ func TestCheckNodePool(t *testing.T) {
 	it := &fkev1.InstanceType{ObjectMeta: metav1.ObjectMeta{Name: "cpu-small"}}
 	existing := &fkev1.NodePool{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "demo.cpu"},
 		Spec: fkev1.NodePoolSpec{ClusterName: "demo", InstanceType: "cpu-small", Replicas: ptr.To[int32](10)}}
-	c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(demo, gone, it, existing).Build()
+	// A pool from before per-cluster names, with a label no longer accepted
+	// and more nodes than its cluster's pod range holds.
+	small := &fkev1.Cluster{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "small"}}
+	small.Spec.Network.PodCIDR = "10.0.0.0/24"
+	legacy := &fkev1.NodePool{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "big"},
+		Spec: fkev1.NodePoolSpec{ClusterName: "small", InstanceType: "cpu-small", Replicas: ptr.To[int32](2), Labels: map[string]string{"kubernetes.io/role": "x"}}}
+	c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(demo, gone, small, it, existing, legacy).Build()
 	v := New(scheme, c, func() []fkev1.ProviderName { return []fkev1.ProviderName{fkev1.ProviderKwok} })
 
 	pool := func(mut func(*fkev1.NodePool)) *fkev1.NodePool {
@@ -154,11 +160,12 @@ func TestCheckNodePool(t *testing.T) {
 		mut(np)
 		return np
 	}
-	tests := []struct {
+	type poolCase struct {
 		name    string
 		np, old *fkev1.NodePool
 		want    string
-	}{
+	}
+	tests := []poolCase{
 		{"good", pool(func(*fkev1.NodePool) {}), nil, ""},
 		{"no such cluster", pool(func(np *fkev1.NodePool) { np.Spec.ClusterName = "nope" }), nil,
 			"spec.clusterName: cluster \"nope\" does not exist in namespace default: create it first (`fke cluster create nope`) or list the clusters with `fke cluster list`"},
@@ -179,9 +186,28 @@ func TestCheckNodePool(t *testing.T) {
 			pool(func(np *fkev1.NodePool) { np.Spec.Labels = map[string]string{"team": "a b"} }), ""},
 		{"several problems at once", pool(func(np *fkev1.NodePool) { np.Spec.ClusterName = "nope"; np.Spec.InstanceType = "gpu-x" }), nil, `instance type "gpu-x" does not exist`},
 	}
+	renamed := func(from string) *fkev1.NodePool {
+		np := legacy.DeepCopy()
+		np.ResourceVersion = ""
+		np.Name, np.Spec.PoolName = "small.big", "big"
+		np.Annotations = map[string]string{fkev1.AnnotationRenamedFrom: from}
+		return np
+	}
+	tests = append(tests,
+		poolCase{"the manager's rename of a legacy pool", renamed("big"), nil, ""},
+		poolCase{"a copy that names no legacy pool", renamed("nothing"), nil, `label key "kubernetes.io/role" uses a prefix reserved`},
+		poolCase{"a copy naming no legacy pool counts beside it", renamed("nothing"), nil, "could reach 4 (big 2, small.big 2)"},
+	)
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			msgs, err := v.checkNodePool(context.Background(), tt.np, tt.old)
+			old := tt.old
+			if old == nil {
+				var err error
+				if old, err = v.renamedFrom(context.Background(), tt.np); err != nil {
+					t.Fatal(err)
+				}
+			}
+			msgs, err := v.checkNodePool(context.Background(), tt.np, old)
 			if err != nil {
 				t.Fatal(err)
 			}
