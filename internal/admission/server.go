@@ -167,3 +167,14 @@ func EnsureConfiguration(ctx context.Context, c client.Client, want *admissionre
 	}
 	return nil
 }
+
+// RemoveConfiguration deletes the installed configuration, if any: a manager
+// that serves no webhook must not leave the API server calling one that is
+// gone (failurePolicy Fail would refuse every change).
+func RemoveConfiguration(ctx context.Context, c client.Client) error {
+	cfg := &admissionregistrationv1.ValidatingWebhookConfiguration{ObjectMeta: metav1.ObjectMeta{Name: ConfigurationName}}
+	if err := c.Delete(ctx, cfg); client.IgnoreNotFound(err) != nil {
+		return fmt.Errorf("removing webhook configuration %s: %w", ConfigurationName, err)
+	}
+	return nil
+}

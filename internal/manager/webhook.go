@@ -39,6 +39,16 @@ type webhookSetup struct {
 	caPEM  []byte
 }
 
+// removeWebhook deletes the configuration a previous run installed, when
+// this run serves no webhook.
+func removeWebhook(ctx context.Context, cfg *rest.Config, scheme *runtime.Scheme) error {
+	c, err := client.New(cfg, client.Options{Scheme: scheme})
+	if err != nil {
+		return err
+	}
+	return admission.RemoveConfiguration(ctx, c)
+}
+
 // prepareWebhook makes the webhook's certificates and server; nil when disabled.
 func prepareWebhook(o WebhookOptions) (*webhookSetup, error) {
 	if o.Port == 0 {
