@@ -128,6 +128,7 @@ func newDaemonCmd(g *globals) *cobra.Command {
 // newManagerCmd runs fke-manager (the daemon starts it).
 func newManagerCmd(g *globals) *cobra.Command {
 	var kubeconfig, healthAddr, metricsAddr string
+	var hook manager.WebhookOptions
 	cmd := &cobra.Command{
 		Use:    "manager",
 		Short:  "Run fke-manager (the controllers) against a management API",
@@ -136,13 +137,15 @@ func newManagerCmd(g *globals) *cobra.Command {
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return manager.Run(cmd.Context(), manager.Options{
 				Kubeconfig: kubeconfig, DataDir: g.dataDir, Binaries: g.finder(),
-				HealthAddr: healthAddr, MetricsAddr: metricsAddr, Logger: newLogger(g.errOut),
+				HealthAddr: healthAddr, MetricsAddr: metricsAddr, Webhook: hook, Logger: newLogger(g.errOut),
 			})
 		},
 	}
 	cmd.Flags().StringVar(&kubeconfig, "kubeconfig", "", "kubeconfig of the management API")
 	cmd.Flags().StringVar(&healthAddr, "health-addr", "127.0.0.1:0", "address of /healthz and /readyz")
 	cmd.Flags().StringVar(&metricsAddr, "metrics-addr", "0", "address of /metrics (0 disables)")
+	cmd.Flags().IntVar(&hook.Port, "webhook-port", 0, "port of the admission webhook on 127.0.0.1 (0 disables it)")
+	cmd.Flags().StringVar(&hook.CertDir, "webhook-cert-dir", "", "directory of the webhook's CA and serving certificate (default <data-dir>/webhook-pki)")
 	_ = cmd.MarkFlagRequired("kubeconfig")
 	return cmd
 }
