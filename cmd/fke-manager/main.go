@@ -25,6 +25,8 @@ func main() {
 	flag.StringVar(&opts.HealthAddr, "health-addr", ":8081", "address of /healthz and /readyz")
 	flag.StringVar(&opts.MetricsAddr, "metrics-addr", ":8080", "address of /metrics (0 disables)")
 	flag.StringVar(&opts.NodeAddress, "node-address", "", "host address nodes reach tenant API servers at (empty: loopback only)")
+	flag.IntVar(&opts.Webhook.Port, "webhook-port", 0, "port of the admission webhook on 127.0.0.1, which the management API server must reach (0 disables it)")
+	flag.StringVar(&opts.Webhook.CertDir, "webhook-cert-dir", "", "directory of the webhook's CA and serving certificate (default <data-dir>/webhook-pki)")
 	flag.Parse()
 	opts.Binaries = binaries.Finder{Dir: binDir}
 	opts.Logger = slog.New(slog.NewJSONHandler(os.Stderr, nil))

@@ -140,6 +140,7 @@ func newDaemonCmd(g *globals) *cobra.Command {
 // newManagerCmd runs fke-manager (the daemon starts it).
 func newManagerCmd(g *globals) *cobra.Command {
 	var kubeconfig, healthAddr, metricsAddr, nodeAddress string
+	var hook manager.WebhookOptions
 	cmd := &cobra.Command{
 		Use:    "manager",
 		Short:  "Run fke-manager (the controllers) against a management API",
@@ -148,7 +149,7 @@ func newManagerCmd(g *globals) *cobra.Command {
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return manager.Run(cmd.Context(), manager.Options{
 				Kubeconfig: kubeconfig, DataDir: g.dataDir, Binaries: g.finder(),
-				HealthAddr: healthAddr, MetricsAddr: metricsAddr, NodeAddress: nodeAddress, Logger: newLogger(g.errOut),
+				HealthAddr: healthAddr, MetricsAddr: metricsAddr, NodeAddress: nodeAddress, Webhook: hook, Logger: newLogger(g.errOut),
 			})
 		},
 	}
@@ -156,6 +157,8 @@ func newManagerCmd(g *globals) *cobra.Command {
 	cmd.Flags().StringVar(&healthAddr, "health-addr", "127.0.0.1:0", "address of /healthz and /readyz")
 	cmd.Flags().StringVar(&metricsAddr, "metrics-addr", "0", "address of /metrics (0 disables)")
 	cmd.Flags().StringVar(&nodeAddress, "node-address", "", "host address nodes reach tenant API servers at (empty: loopback only)")
+	cmd.Flags().IntVar(&hook.Port, "webhook-port", 0, "port of the admission webhook on 127.0.0.1 (0 disables it)")
+	cmd.Flags().StringVar(&hook.CertDir, "webhook-cert-dir", "", "directory of the webhook's CA and serving certificate (default <data-dir>/webhook-pki)")
 	_ = cmd.MarkFlagRequired("kubeconfig")
 	return cmd
 }

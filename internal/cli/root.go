@@ -55,7 +55,7 @@ func NewRoot() *cobra.Command {
 	root.PersistentFlags().StringVarP(&g.namespace, "namespace", "n", "default", "management namespace of clusters and node pools")
 	root.AddCommand(
 		newUpCmd(g), newDownCmd(g), newStatusCmd(g),
-		newClusterCmd(g), newKubeconfigCmd(g), newNodePoolCmd(g), newInstanceTypesCmd(g),
+		newClusterCmd(g), newKubeconfigCmd(g), newNodePoolCmd(g), newInstanceTypesCmd(g), newVersionsCmd(g),
 		newDaemonCmd(g), newManagerCmd(g), newDoctorCmd(g), newNodeCmd(g),
 	)
 	return root

@@ -31,6 +31,9 @@ type ports struct {
 	EtcdClient int `json:"etcdClient"`
 	EtcdPeer   int `json:"etcdPeer"`
 	Manager    int `json:"managerHealth"`
+	// Webhook is fke-manager's admission webhook (added later: data
+	// directories from before it get one on their next start).
+	Webhook int `json:"webhook"`
 }
 
 // Daemon runs the management plane until ctx ends, then stops every process
@@ -119,7 +122,8 @@ func Daemon(ctx context.Context, opts DaemonOptions) error {
 		Name: "fke-manager",
 		Path: opts.Self,
 		Args: []string{"manager", "--kubeconfig", p.Kubeconfig(), "--data-dir", p.Dir,
-			"--health-addr", "127.0.0.1:" + strconv.Itoa(pt.Manager)},
+			"--health-addr", "127.0.0.1:" + strconv.Itoa(pt.Manager),
+			"--webhook-port", strconv.Itoa(pt.Webhook), "--webhook-cert-dir", p.WebhookPKI()},
 		Env:     append(os.Environ(), binaries.EnvDir+"="+binDirOf(bins[binaries.Etcd])),
 		LogPath: filepath.Join(p.Logs(), "fke-manager.log"),
 		Ready:   supervisor.WaitHTTPReady("http://127.0.0.1:"+strconv.Itoa(pt.Manager)+"/readyz", nil),
@@ -242,17 +246,31 @@ func loadPorts(p Paths) (ports, error) {
 		if err := json.Unmarshal(data, &pt); err != nil {
 			return pt, fmt.Errorf("decoding %s: %w", p.Ports(), err)
 		}
-		if pt.APIServer != 0 && pt.EtcdClient != 0 && pt.EtcdPeer != 0 && pt.Manager != 0 {
-			return pt, nil
-		}
 	} else if !errors.Is(err, os.ErrNotExist) {
 		return pt, err
 	}
-	free, err := supervisor.FreePorts(4)
+	// Fill in the missing ports only: the recorded ones stay.
+	missing := []*int{}
+	for _, p := range []*int{&pt.APIServer, &pt.EtcdClient, &pt.EtcdPeer, &pt.Manager, &pt.Webhook} {
+		if *p == 0 {
+			missing = append(missing, p)
+		}
+	}
+	if len(missing) == 0 {
+		return pt, nil
+	}
+	// A recorded port is free too while the daemon is down: never hand it out twice.
+	taken := map[int]bool{pt.APIServer: true, pt.EtcdClient: true, pt.EtcdPeer: true, pt.Manager: true, pt.Webhook: true}
+	free, err := supervisor.FreePorts(len(missing) + len(taken))
 	if err != nil {
 		return pt, fmt.Errorf("finding free ports: %w", err)
 	}
-	pt = ports{APIServer: free[0], EtcdClient: free[1], EtcdPeer: free[2], Manager: free[3]}
+	for _, p := range missing {
+		for taken[free[0]] {
+			free = free[1:]
+		}
+		*p, taken[free[0]] = free[0], true
+	}
 	data, _ := json.Marshal(pt)
 	if err := os.WriteFile(p.Ports(), data, 0o600); err != nil {
 		return pt, fmt.Errorf("writing %s: %w", p.Ports(), err)

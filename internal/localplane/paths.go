@@ -44,6 +44,10 @@ func (p Paths) DaemonLog() string { return filepath.Join(p.Logs(), "daemon.log")
 // PKI holds the management plane's certificates.
 func (p Paths) PKI() string { return filepath.Join(p.Dir, "pki") }
 
+// WebhookPKI holds the CA and serving certificate of fke-manager's
+// admission webhook.
+func (p Paths) WebhookPKI() string { return filepath.Join(p.Dir, "webhook-pki") }
+
 // Etcd holds the management etcd's data.
 func (p Paths) Etcd() string { return filepath.Join(p.Dir, "etcd") }
 

@@ -57,7 +57,9 @@ type Options struct {
 	// API servers advertise it and their certificates cover it. Empty keeps
 	// them on loopback only.
 	NodeAddress string
-	Logger      *slog.Logger
+	// Webhook configures the validating admission webhook (Port 0 disables it).
+	Webhook WebhookOptions
+	Logger  *slog.Logger
 	// LocalNodes configure the local node provider.
 	LocalNodes LocalNodeOptions
 }
@@ -100,29 +102,19 @@ func Run(ctx context.Context, opts Options) error {
 		return fmt.Errorf("loading management kubeconfig %s: %w", opts.Kubeconfig, err)
 	}
 	cfg.QPS, cfg.Burst = 200, 400
-	metricsAddr := opts.MetricsAddr
-	if metricsAddr == "" {
-		metricsAddr = "0"
-	}
 	scheme, err := Scheme()
 	if err != nil {
 		return err
 	}
-	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
-		Scheme:                  scheme,
-		HealthProbeBindAddress:  opts.HealthAddr,
-		Metrics:                 metricsserver.Options{BindAddress: metricsAddr},
-		GracefulShutdownTimeout: ptr(30 * time.Second),
-		// Profiling is off unless asked for (see the README, Development).
-		PprofBindAddress: os.Getenv(EnvPprofAddr),
-	})
-	if err != nil {
-		return fmt.Errorf("creating manager: %w", err)
+	if opts.Webhook.CertDir == "" {
+		opts.Webhook.CertDir = filepath.Join(opts.DataDir, "webhook-pki")
 	}
-	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
+	hook, err := prepareWebhook(opts.Webhook)
+	if err != nil {
 		return err
 	}
-	if err := mgr.AddReadyzCheck("ping", healthz.Ping); err != nil {
+	mgr, err := newManager(cfg, scheme, opts, hook)
+	if err != nil {
 		return err
 	}
 
@@ -203,6 +195,14 @@ func Run(ctx context.Context, opts Options) error {
 		return fmt.Errorf("setting up cluster controller: %w", err)
 	}
 
+	if hook != nil {
+		if err := hook.register(ctx, mgr, cfg, scheme, providers); err != nil {
+			return fmt.Errorf("setting up the admission webhook: %w", err)
+		}
+	} else if err := removeWebhook(ctx, cfg, scheme); err != nil {
+		return err
+	}
+
 	log.Info("starting fke-manager")
 	if err := mgr.Start(ctx); err != nil && !errors.Is(err, context.Canceled) {
 		return fmt.Errorf("running manager: %w", err)
@@ -258,6 +258,37 @@ func tenantAddons(ctx context.Context, cfg *rest.Config) error {
 		return fmt.Errorf("tenant client: %w", err)
 	}
 	return bootstrap.EnsureRBAC(ctx, cs)
+}
+
+// newManager creates the controller-runtime manager with its health checks
+// and, when hook is set, its webhook server.
+func newManager(cfg *rest.Config, scheme *runtime.Scheme, opts Options, hook *webhookSetup) (ctrl.Manager, error) {
+	metricsAddr := opts.MetricsAddr
+	if metricsAddr == "" {
+		metricsAddr = "0"
+	}
+	mopts := ctrl.Options{
+		Scheme:                  scheme,
+		HealthProbeBindAddress:  opts.HealthAddr,
+		Metrics:                 metricsserver.Options{BindAddress: metricsAddr},
+		GracefulShutdownTimeout: ptr(30 * time.Second),
+		// Profiling is off unless asked for (see the README, Development).
+		PprofBindAddress: os.Getenv(EnvPprofAddr),
+	}
+	if hook != nil {
+		mopts.WebhookServer = hook.server
+	}
+	mgr, err := ctrl.NewManager(cfg, mopts)
+	if err != nil {
+		return nil, fmt.Errorf("creating manager: %w", err)
+	}
+	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
+		return nil, err
+	}
+	if err := mgr.AddReadyzCheck("ping", healthz.Ping); err != nil {
+		return nil, err
+	}
+	return mgr, nil
 }
 
 // ServerVersion asks the API server at endpoint (with kubeconfig) for its version.

@@ -28,10 +28,12 @@ import (
 	"fke.dev/fke/internal/controlplane"
 	"fke.dev/fke/internal/nodeprovider"
 	"fke.dev/fke/internal/tenant"
+	"fke.dev/fke/internal/versions"
 )
 
-// SupportedVersion is the Kubernetes version of the upstream binaries fke runs.
-const SupportedVersion = "v1.37.2"
+// SupportedVersion is the Kubernetes version of the upstream binaries fke
+// runs (the list lives in internal/versions).
+const SupportedVersion = versions.Default
 
 // Requeue intervals: fast while a control plane comes up, slow once it is ready
 // (to notice crashes and restarts).
