@@ -228,10 +228,11 @@ func (n *Node) Start() {
 		return
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	n.cancel, n.done = cancel, make(chan struct{})
+	done := make(chan struct{})
+	n.cancel, n.done = cancel, done
 	n.state, n.message = "Pending", "starting containerd"
 	go func() {
-		defer close(n.done)
+		defer close(done) // n.done is cleared by Stop
 		if err := n.start(ctx); err != nil {
 			if ctx.Err() != nil {
 				return
