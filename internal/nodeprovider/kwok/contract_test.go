@@ -19,12 +19,21 @@ import (
 // one real tenant cluster; cluster b is a second name in the same tenant.
 func TestProviderContract(t *testing.T) {
 	tn := upTenant(t)
+	// One provider for every case: each case starting and stopping kwok
+	// processes against the same tenant made kwok fail to start again.
+	p := kwok.New(kwok.Options{
+		DataDir:  t.TempDir(),
+		Binaries: binaries.Finder{Dir: testenv.BinDir(t)},
+		Logger:   slog.New(slog.NewTextHandler(t.Output(), nil)),
+	})
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if err := p.StopAll(ctx); err != nil {
+			t.Error(err)
+		}
+	})
 	providertest.Run(t, func(t *testing.T) (nodeprovider.Provider, nodeprovider.Cluster, nodeprovider.Cluster) {
-		p := kwok.New(kwok.Options{
-			DataDir:  t.TempDir(),
-			Binaries: binaries.Finder{Dir: testenv.BinDir(t)},
-			Logger:   slog.New(slog.NewTextHandler(t.Output(), nil)),
-		})
 		a := tn.cluster
 		b := a
 		b.Key, b.Name = "default/other", "other"
@@ -33,9 +42,6 @@ func TestProviderContract(t *testing.T) {
 			defer cancel()
 			// The next case starts from a cluster without nodes.
 			if err := tn.client.CoreV1().Nodes().DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{}); err != nil {
-				t.Error(err)
-			}
-			if err := p.StopAll(ctx); err != nil {
 				t.Error(err)
 			}
 		})
