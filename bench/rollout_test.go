@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -14,6 +15,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -71,6 +73,19 @@ func BenchmarkRollout(b *testing.B) {
 	before := machines(b, e.Client())
 	b.Logf("%d pods × 1 GPU Running on %d machines (%d needed)", pods, before, need)
 
+	old, err := cs.CoreV1().Pods("default").List(ctx, metav1.ListOptions{LabelSelector: "tier=rollout"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	oldUIDs := map[types.UID]bool{}
+	for _, p := range old.Items {
+		oldUIDs[p.UID] = true
+	}
+	managerLog := filepath.Join(e.DataDir, "logs", "fke-manager.log")
+	var logOffset int64
+	if fi, err := os.Stat(managerLog); err == nil {
+		logOffset = fi.Size()
+	}
 	peak := &peakMachines{c: e.Client(), peak: before}
 	peak.start()
 	start := time.Now()
@@ -83,15 +98,23 @@ func BenchmarkRollout(b *testing.B) {
 	})
 	create()
 	waitFor(b, 10*time.Minute, "new pods Running, old ones gone", func() (bool, string) {
-		running, terminating, total, err := countRollout(ctx, cs)
+		running, oldLeft, total, err := countRollout(ctx, cs, oldUIDs)
 		if err != nil {
 			return false, err.Error()
 		}
-		return running == pods && total == pods, fmt.Sprintf("%d/%d new running, %d terminating, %d in all", running, pods, terminating, total)
+		return running == pods && oldLeft == 0, fmt.Sprintf("%d/%d new running, %d old left, %d in all", running, pods, oldLeft, total)
 	})
 	took := time.Since(start)
 	top := peak.stop()
 	nominated, triggered := rolloutEvents(ctx, b, cs)
+	// The scale-ups decided during the rollout, if any, with their reasons.
+	if data, err := os.ReadFile(managerLog); err == nil && int64(len(data)) >= logOffset {
+		for _, line := range strings.Split(string(data[logOffset:]), "\n") {
+			if strings.Contains(line, `"scale-up"`) {
+				b.Log(line)
+			}
+		}
+	}
 	b.ReportMetric(float64(top-need), "surplus-nodes")
 	b.ReportMetric(took.Seconds(), "s-all-running")
 	b.ReportMetric(float64(nominated), "pods-nominated-terminating")
@@ -115,9 +138,9 @@ func rolloutDeployment(replicas int32, stop time.Duration) *appsv1.Deployment {
 	return d
 }
 
-// countRollout counts the rollout's pods: Running and not terminating,
-// terminating, and all.
-func countRollout(ctx context.Context, cs kubernetes.Interface) (running, terminating, total int, err error) {
+// countRollout counts the rollout's pods: new ones (not in old) Running and
+// not terminating, old ones left, and all.
+func countRollout(ctx context.Context, cs kubernetes.Interface, old map[types.UID]bool) (running, oldLeft, total int, err error) {
 	list, err := cs.CoreV1().Pods("default").List(ctx, metav1.ListOptions{LabelSelector: "tier=rollout", ResourceVersion: "0"})
 	if err != nil {
 		return 0, 0, 0, err
@@ -125,20 +148,20 @@ func countRollout(ctx context.Context, cs kubernetes.Interface) (running, termin
 	for i := range list.Items {
 		p := &list.Items[i]
 		switch {
-		case p.DeletionTimestamp != nil:
-			terminating++
-		case p.Status.Phase == corev1.PodRunning:
+		case old[p.UID]:
+			oldLeft++
+		case p.DeletionTimestamp == nil && p.Status.Phase == corev1.PodRunning:
 			running++
 		}
 	}
-	return running, terminating, len(list.Items), nil
+	return running, oldLeft, len(list.Items), nil
 }
 
 // rolloutEvents counts the pods told they wait for terminating pods, and
 // the TriggeredScaleUp events on pods.
 func rolloutEvents(ctx context.Context, b *testing.B, cs kubernetes.Interface) (nominated, triggered int) {
 	for _, reason := range []string{"Nominated", "TriggeredScaleUp"} {
-		evs, err := cs.CoreV1().Events("default").List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.kind=Pod,reason=" + reason})
+		evs, err := cs.CoreV1().Events("default").List(ctx, metav1.ListOptions{FieldSelector: "reason=" + reason})
 		if err != nil {
 			b.Fatal(err)
 		}

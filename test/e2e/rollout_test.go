@@ -12,6 +12,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -44,12 +45,20 @@ func TestAutoscalerRolloutWaitsForTerminatingPods(t *testing.T) {
 		return err
 	})
 	testenv.Eventually(t, 120*time.Second, "40 pods Running", func() error {
-		return rolloutRunning(cs, "app=roll", replicas)
+		return rolloutRunning(cs, "app=roll", replicas, nil)
 	})
 	if n := len(poolNodes(t, cs, "gpu")); n != nodes {
 		t.Fatalf("GPU pool has %d nodes for %d pods × 1 GPU, want %d", n, replicas, nodes)
 	}
 
+	old, err := cs.CoreV1().Pods("default").List(ctx, metav1.ListOptions{LabelSelector: "app=roll"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	oldUIDs := map[types.UID]bool{}
+	for _, p := range old.Items {
+		oldUIDs[p.UID] = true
+	}
 	peak := watchMachines(t, e.Client(), "gpu")
 	start := time.Now()
 	if err := cs.AppsV1().Deployments("default").Delete(ctx, "roll", metav1.DeleteOptions{}); err != nil {
@@ -74,7 +83,7 @@ func TestAutoscalerRolloutWaitsForTerminatingPods(t *testing.T) {
 		return fmt.Errorf("%d Nominated events, none about terminating pods", len(evs.Items))
 	})
 	testenv.Eventually(t, 120*time.Second, "the 40 new pods Running, the old ones gone", func() error {
-		return rolloutRunning(cs, "app=roll", replicas)
+		return rolloutRunning(cs, "app=roll", replicas, oldUIDs)
 	})
 	took := time.Since(start)
 	if got := peak(); got != nodes {
@@ -108,24 +117,24 @@ func rolloutDeployment(name string, replicas int32, stop time.Duration) *appsv1.
 	}
 }
 
-// rolloutRunning is nil when exactly want pods match selector, all Running
-// and none terminating.
-func rolloutRunning(cs kubernetes.Interface, selector string, want int) error {
+// rolloutRunning is nil when exactly want pods match selector, all Running,
+// none terminating and none of the old ones.
+func rolloutRunning(cs kubernetes.Interface, selector string, want int, old map[types.UID]bool) error {
 	pods, err := cs.CoreV1().Pods("default").List(context.Background(), metav1.ListOptions{LabelSelector: selector})
 	if err != nil {
 		return err
 	}
-	running, terminating := 0, 0
+	running, oldLeft := 0, 0
 	for _, p := range pods.Items {
 		switch {
-		case p.DeletionTimestamp != nil:
-			terminating++
-		case p.Status.Phase == corev1.PodRunning:
+		case old[p.UID]:
+			oldLeft++
+		case p.DeletionTimestamp == nil && p.Status.Phase == corev1.PodRunning:
 			running++
 		}
 	}
 	if running != want || len(pods.Items) != want {
-		return fmt.Errorf("%d of %d pods Running, %d terminating, %d in all", running, want, terminating, len(pods.Items))
+		return fmt.Errorf("%d of %d pods Running, %d old ones left, %d in all", running, want, oldLeft, len(pods.Items))
 	}
 	return nil
 }
