@@ -25,6 +25,7 @@ func main() {
 	flag.StringVar(&opts.HealthAddr, "health-addr", ":8081", "address of /healthz and /readyz")
 	flag.StringVar(&opts.MetricsAddr, "metrics-addr", ":8080", "address of /metrics (0 disables)")
 	flag.StringVar(&opts.NodeAddress, "node-address", "", "host address nodes reach tenant API servers at (empty: loopback only)")
+	flag.StringVar(&opts.Registry, "registry", "", "loopback address of fke's OCI registry (host:port)")
 	flag.Parse()
 	opts.Binaries = binaries.Finder{Dir: binDir}
 	opts.Logger = slog.New(slog.NewJSONHandler(os.Stderr, nil))

@@ -54,7 +54,10 @@ type Options struct {
 	// API servers advertise it and their certificates cover it. Empty keeps
 	// them on loopback only.
 	NodeAddress string
-	Logger      *slog.Logger
+	// Registry is the OCI registry's loopback address (127.0.0.1:<port>)
+	// that `fke up` runs; empty when none runs.
+	Registry string
+	Logger   *slog.Logger
 }
 
 // Scheme returns a scheme with the built-in kinds, the fke.dev kinds and the
