@@ -4,8 +4,10 @@ package integration
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -113,13 +115,31 @@ func TestAPIRejectsBadObjects(t *testing.T) {
 	if err := c.Create(ctx, cl); err != nil {
 		t.Fatalf("creating a minimal cluster: %v", err)
 	}
-	if cl.Spec.Version != "v1.37.2" || cl.Spec.Runtime != fkev1.RuntimeLocal || cl.Spec.Network.PodCIDR != "10.112.0.0/12" || cl.Spec.Network.ServiceCIDR != "10.96.0.0/16" {
+	if cl.Spec.Version != "v1.37.2" || cl.Spec.Runtime != fkev1.RuntimeLocal || cl.Spec.Network.ServiceCIDR != "10.96.0.0/16" {
 		t.Fatalf("defaults not applied: %+v", cl.Spec)
 	}
-	clBefore := cl.DeepCopy()
-	cl.Spec.Network.PodCIDR = "10.100.0.0/16"
-	if err := c.Patch(ctx, cl, client.MergeFrom(clBefore)); err == nil || !strings.Contains(err.Error(), "network is immutable") {
-		t.Fatalf("changing the network: want 'network is immutable', got %v", err)
+	// The manager picks a free pod range and records it, once.
+	testenv.Eventually(t, 30*time.Second, "pod range picked", func() error {
+		if err := c.Get(ctx, client.ObjectKeyFromObject(cl), cl); err != nil {
+			return err
+		}
+		if cl.Spec.Network.PodCIDR == "" {
+			return errors.New("spec.network.podCIDR is empty")
+		}
+		return nil
+	})
+	if !strings.HasSuffix(cl.Spec.Network.PodCIDR, "/14") {
+		t.Fatalf("picked pod range %s, want a /14", cl.Spec.Network.PodCIDR)
+	}
+	for field, mut := range map[string]func(*fkev1.Cluster){
+		"podCIDR is immutable once set": func(c *fkev1.Cluster) { c.Spec.Network.PodCIDR = "10.100.0.0/16" },
+		"serviceCIDR is immutable":      func(c *fkev1.Cluster) { c.Spec.Network.ServiceCIDR = "10.97.0.0/16" },
+	} {
+		changed := cl.DeepCopy()
+		mut(changed)
+		if err := c.Patch(ctx, changed, client.MergeFrom(cl)); err == nil || !strings.Contains(err.Error(), field) {
+			t.Fatalf("changing the network: want %q, got %v", field, err)
+		}
 	}
 }
 
