@@ -118,4 +118,3 @@ func size(b int64) string {
 		return fmt.Sprintf("%.1f MiB", float64(b)/(1<<20))
 	}
 }
-
