@@ -68,22 +68,52 @@ func DNSServiceIP(serviceCIDR string) (netip.Addr, error) {
 // Corefile is CoreDNS's configuration: it answers for the cluster domain
 // and reverse lookups from the Kubernetes API and forwards nothing outside
 // the cluster (there is no forward plugin: other names fail fast).
-func Corefile(domain string) string {
-	if domain == "" {
-		domain = DefaultDomain
+func Corefile(domain string) string { return CorefileFor(CorefileOptions{Domain: domain}) }
+
+// CorefileOptions vary the Corefile; the zero value is what runs in a
+// cluster (in-cluster credentials, the standard ports).
+type CorefileOptions struct {
+	// Domain is the cluster domain; empty means cluster.local.
+	Domain string
+	// Port is the DNS port (":53" when empty, else like ":1053").
+	Port string
+	// Bind, when set, restricts the DNS server to this address.
+	Bind string
+	// HealthAddr, ReadyAddr and MetricsAddr default to :8080, :8181, :9153.
+	HealthAddr, ReadyAddr, MetricsAddr string
+	// Kubeconfig, when set, is used instead of in-cluster credentials (to
+	// run CoreDNS outside a pod).
+	Kubeconfig string
+}
+
+// CorefileFor renders the Corefile for o.
+func CorefileFor(o CorefileOptions) string {
+	def := func(v, d string) string {
+		if v == "" {
+			return d
+		}
+		return v
 	}
-	return `.:53 {
+	bind := ""
+	if o.Bind != "" {
+		bind = "\n    bind " + o.Bind
+	}
+	kubeconfig := ""
+	if o.Kubeconfig != "" {
+		kubeconfig = "\n        kubeconfig " + o.Kubeconfig
+	}
+	return "." + def(o.Port, ":53") + ` {` + bind + `
     errors
-    health {
+    health ` + def(o.HealthAddr, ":8080") + ` {
         lameduck 5s
     }
-    ready
-    kubernetes ` + domain + ` in-addr.arpa ip6.arpa {
+    ready ` + def(o.ReadyAddr, ":8181") + `
+    kubernetes ` + def(o.Domain, DefaultDomain) + ` in-addr.arpa ip6.arpa {
         pods insecure
         fallthrough in-addr.arpa ip6.arpa
-        ttl 30
+        ttl 30` + kubeconfig + `
     }
-    prometheus :9153
+    prometheus ` + def(o.MetricsAddr, ":9153") + `
     cache 30
     reload
     loadbalance
