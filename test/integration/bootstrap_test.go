@@ -149,12 +149,8 @@ func TestNodeJoinsByTLSBootstrap(t *testing.T) {
 	if _, err := nodeClient.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: node}}, metav1.CreateOptions{}); err != nil {
 		t.Fatalf("node creating its own Node: %v", err)
 	}
-	n, err := nodeClient.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	n.Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: "172.29.0.10"}, {Type: corev1.NodeHostName, Address: node}}
-	if _, err := nodeClient.CoreV1().Nodes().UpdateStatus(ctx, n, metav1.UpdateOptions{}); err != nil {
+	addresses := `{"status":{"addresses":[{"type":"InternalIP","address":"172.29.0.10"},{"type":"Hostname","address":"` + node + `"}]}}`
+	if _, err := nodeClient.CoreV1().Nodes().Patch(ctx, node, types.MergePatchType, []byte(addresses), metav1.PatchOptions{}, "status"); err != nil {
 		t.Fatalf("node updating its own status: %v", err)
 	}
 
