@@ -10,6 +10,8 @@ import (
 
 	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/empty"
+	"github.com/google/go-containerregistry/pkg/v1/layout"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 
 	"fke.dev/fke/internal/binaries"
@@ -49,12 +51,19 @@ func TestRegistryServesPushedImages(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want, _ := img.Digest()
 	archive := filepath.Join(t.TempDir(), "hello.tar")
 	tag, _ := name.NewTag("example.com/team/hello:v1")
 	if err := tarball.WriteToFile(archive, tag, img); err != nil {
 		t.Fatal(err)
 	}
+	// A docker archive holds a Docker manifest: its digest is the one pushed.
+	loaded, err := image.Load(archive)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, _ := loaded[0].Image.Digest()
+	builtLayers, _ := img.Layers()
+	wantDiff, _ := builtLayers[0].DiffID()
 	out := e.MustRun("image", "push", archive)
 	if !strings.Contains(out, st.Registry+"/team/hello:v1") {
 		t.Fatalf("push output:\n%s", out)
@@ -74,8 +83,32 @@ func TestRegistryServesPushedImages(t *testing.T) {
 	if err != nil || len(m.Layers) != 1 {
 		t.Fatalf("manifest %s: %v", raw, err)
 	}
+	// The pulled image holds the layer that was built (same content).
+	pulled, err := desc.Image()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cf, err := pulled.ConfigFile()
+	if err != nil || len(cf.RootFS.DiffIDs) != 1 || cf.RootFS.DiffIDs[0] != wantDiff {
+		t.Fatalf("pulled config %+v, %v; want the built layer %s", cf, err, wantDiff)
+	}
 	if _, err := os.Stat(storage); err != nil {
 		t.Fatalf("registry storage not under the data directory: %v", err)
+	}
+
+	// An OCI layout keeps the built image as it is: same digest in the registry.
+	oci := filepath.Join(t.TempDir(), "oci")
+	lp, err := layout.Write(oci, empty.Index)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := lp.AppendImage(img); err != nil {
+		t.Fatal(err)
+	}
+	e.MustRun("image", "push", oci, "--name", "team/oci:v2")
+	built, _ := img.Digest()
+	if d, ok, err := reg.Head(context.Background(), "team/oci:v2"); err != nil || !ok || d.Digest != built {
+		t.Fatalf("OCI layout push: %v %v %v, want %s", d, ok, err, built)
 	}
 
 	// Bad input changes nothing.
