@@ -43,6 +43,14 @@ var (
 // SystemImages lists every system image.
 var SystemImages = []SystemImage{Pause, DemoServer, GPUAgent, CoreDNS}
 
+// Ref is si's reference in the registry at host (host:port), as pods and
+// containerd name it, e.g. Pause.Ref("172.29.0.1:5000") for a node's
+// sandbox_image.
+func (si SystemImage) Ref(host string) string { return host + "/" + si.Name }
+
+// ownBinaries are built by `make build`, not `make binaries`.
+var ownBinaries = map[string]bool{binaries.Pause: true, binaries.DemoServer: true, binaries.GPUAgent: true}
+
 // Build builds si from the binary at binPath.
 func (si SystemImage) Build(binPath string) (v1.Image, error) {
 	files, err := BinaryFiles(binPath, si.Path)
@@ -78,6 +86,9 @@ func EnsureSystemImages(ctx context.Context, reg Registry, finder binaries.Finde
 	for _, si := range images {
 		p, err := finder.Path(si.Binary)
 		if err != nil {
+			if ownBinaries[si.Binary] {
+				err = fmt.Errorf("%s is built by `make build` (next to fke): %w", si.Binary, err)
+			}
 			errs = append(errs, fmt.Errorf("image %s: %w", si.Name, err))
 			continue
 		}
