@@ -131,7 +131,7 @@ func TestNodePools(t *testing.T) {
 	// (the GPU toleration comes from the ExtendedResourceToleration plugin).
 	createPod(t, cs, "train", corev1.ResourceList{"nvidia.com/gpu": resource.MustParse("4")})
 	trainNode := waitRunning(t, cs, "train")
-	if !strings.HasPrefix(trainNode, "gpu-") {
+	if !strings.HasPrefix(trainNode, "demo-gpu-") {
 		t.Fatalf("4-GPU pod ran on %s, want a gpu node", trainNode)
 	}
 	// 9 GPUs fit no node.
@@ -150,7 +150,7 @@ func TestNodePools(t *testing.T) {
 	})
 	// A CPU-only pod lands on the CPU node, never on a GPU node.
 	createPod(t, cs, "web", corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("500m")})
-	if node := waitRunning(t, cs, "web"); !strings.HasPrefix(node, "cpu-") {
+	if node := waitRunning(t, cs, "web"); !strings.HasPrefix(node, "demo-cpu-") {
 		t.Fatalf("CPU-only pod ran on %s, want the cpu pool", node)
 	}
 

@@ -65,7 +65,7 @@ func TestAPIRejectsBadObjects(t *testing.T) {
 			p.Spec.Autoscaling = &fkev1.NodePoolAutoscaling{MinSize: 0, MaxSize: 3}
 		}), "replicas must lie within autoscaling minSize..maxSize"},
 		{"pool without cluster", pool(func(p *fkev1.NodePool) { p.Spec.ClusterName = "" }), "spec.clusterName"},
-		{"pool name too long", pool(func(p *fkev1.NodePool) { p.Spec.PoolName = "gpu-" + strings.Repeat("x", 40) }), "at most 40 characters"},
+		{"pool name too long", pool(func(p *fkev1.NodePool) { p.Spec.PoolName = "gpu-" + strings.Repeat("x", 40) }), "spec.poolName: Too long"},
 		{"pool name with capitals", pool(func(p *fkev1.NodePool) { p.Spec.PoolName = "GPU" }), "poolName must be a DNS label"},
 		{"object name not CLUSTER.POOL", pool(func(p *fkev1.NodePool) { p.Name = "gpu" }), "a node pool is named CLUSTER.POOL"},
 		{"new pool without poolName", pool(func(p *fkev1.NodePool) { p.Name, p.Spec.PoolName = "gpu", "" }), "spec.poolName is required"},
