@@ -14,6 +14,7 @@ import (
 	"github.com/go-logr/logr"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/kubernetes"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -26,6 +27,7 @@ import (
 	"fke.dev/fke/internal/autoscaler"
 	"fke.dev/fke/internal/autoscaler/provreq"
 	"fke.dev/fke/internal/binaries"
+	"fke.dev/fke/internal/bootstrap"
 	"fke.dev/fke/internal/controller/cluster"
 	"fke.dev/fke/internal/controller/machine"
 	"fke.dev/fke/internal/controller/nodepool"
@@ -49,7 +51,15 @@ type Options struct {
 	MetricsAddr string
 	// Webhook configures the validating admission webhook (Port 0 disables it).
 	Webhook WebhookOptions
-	Logger  *slog.Logger
+	// NodeAddress, when set, is the host address at which nodes reach tenant
+	// API servers (the local-node bridge's gateway, e.g. 172.29.0.1): tenant
+	// API servers advertise it and their certificates cover it. Empty keeps
+	// them on loopback only.
+	NodeAddress string
+	// Registry is the OCI registry's loopback address (127.0.0.1:<port>)
+	// that `fke up` runs; empty when none runs.
+	Registry string
+	Logger   *slog.Logger
 }
 
 // Scheme returns a scheme with the built-in kinds, the fke.dev kinds and the
@@ -143,14 +153,18 @@ func Run(ctx context.Context, opts Options) error {
 		return fmt.Errorf("setting up provisioning request controller: %w", err)
 	}
 
+	approvers := &bootstrap.Approvers{Log: log.With("component", "serving-approver")}
+	defer approvers.StopAll()
 	if err := (&cluster.Reconciler{
-		Client:    mgr.GetClient(),
-		Runtime:   rt,
-		Recorder:  mgr.GetEventRecorder("fke-cluster"),
-		Versioner: ServerVersion,
-		Addons:    addons.EnsureProvisioningRequestAPI,
-		Tenants:   tenants,
-		Providers: providers,
+		Client:      mgr.GetClient(),
+		Runtime:     rt,
+		Recorder:    mgr.GetEventRecorder("fke-cluster"),
+		Versioner:   ServerVersion,
+		Addons:      tenantAddons,
+		Tenants:     tenants,
+		Providers:   providers,
+		Approvers:   approvers,
+		NodeAddress: opts.NodeAddress,
 	}).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up cluster controller: %w", err)
 	}
@@ -199,6 +213,20 @@ func newManager(cfg *rest.Config, scheme *runtime.Scheme, opts Options, hook *we
 		return nil, err
 	}
 	return mgr, nil
+}
+
+// tenantAddons installs what every tenant cluster gets once its control
+// plane is ready: the ProvisioningRequest API and the RBAC that lets nodes
+// join by TLS bootstrap.
+func tenantAddons(ctx context.Context, cfg *rest.Config) error {
+	if err := addons.EnsureProvisioningRequestAPI(ctx, cfg); err != nil {
+		return err
+	}
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return fmt.Errorf("tenant client: %w", err)
+	}
+	return bootstrap.EnsureRBAC(ctx, cs)
 }
 
 // ServerVersion asks the API server at endpoint (with kubeconfig) for its version.
