@@ -44,8 +44,18 @@ func (p Paths) DaemonLog() string { return filepath.Join(p.Logs(), "daemon.log")
 // PKI holds the management plane's certificates.
 func (p Paths) PKI() string { return filepath.Join(p.Dir, "pki") }
 
+// WebhookPKI holds the CA and serving certificate of fke-manager's
+// admission webhook.
+func (p Paths) WebhookPKI() string { return filepath.Join(p.Dir, "webhook-pki") }
+
 // Etcd holds the management etcd's data.
 func (p Paths) Etcd() string { return filepath.Join(p.Dir, "etcd") }
 
 // Ports records the management plane's ports across restarts.
 func (p Paths) Ports() string { return filepath.Join(p.Dir, "ports.json") }
+
+// Registry holds the OCI registry's storage.
+func (p Paths) Registry() string { return filepath.Join(p.Dir, "registry") }
+
+// RegistryConfig is the OCI registry's configuration file.
+func (p Paths) RegistryConfig() string { return filepath.Join(p.Dir, "registry.yml") }

@@ -2,6 +2,7 @@ package kwok
 
 import (
 	"fmt"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -113,13 +114,20 @@ func stages() []string {
 }
 
 // renderConfig returns the multi-document YAML of kwok's --config file: a
-// KwokConfiguration and the Stage objects.
+// KwokConfiguration and the Stage objects. An empty podCIDR or nodeIP takes
+// the default; anything else must be a CIDR and an IP address.
 func renderConfig(podCIDR, nodeIP string) ([]byte, error) {
 	if podCIDR == "" {
 		podCIDR = DefaultPodCIDR
 	}
 	if nodeIP == "" {
 		nodeIP = DefaultNodeIP
+	}
+	if _, err := netip.ParsePrefix(podCIDR); err != nil {
+		return nil, fmt.Errorf("rendering kwok configuration: pod CIDR %q: %w", podCIDR, err)
+	}
+	if _, err := netip.ParseAddr(nodeIP); err != nil {
+		return nil, fmt.Errorf("rendering kwok configuration: node IP %q: %w", nodeIP, err)
 	}
 	cfg := kwokConfiguration{
 		APIVersion: configAPIVersion,
