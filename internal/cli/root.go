@@ -56,7 +56,7 @@ func NewRoot() *cobra.Command {
 	root.AddCommand(
 		newUpCmd(g), newDownCmd(g), newStatusCmd(g),
 		newClusterCmd(g), newKubeconfigCmd(g), newNodePoolCmd(g), newInstanceTypesCmd(g), newVersionsCmd(g),
-		newDaemonCmd(g), newManagerCmd(g), newDoctorCmd(g), newNodeCmd(g),
+		newImageCmd(g), newDaemonCmd(g), newManagerCmd(g), newDoctorCmd(g), newNodeCmd(g),
 	)
 	return root
 }

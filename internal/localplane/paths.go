@@ -53,3 +53,9 @@ func (p Paths) Etcd() string { return filepath.Join(p.Dir, "etcd") }
 
 // Ports records the management plane's ports across restarts.
 func (p Paths) Ports() string { return filepath.Join(p.Dir, "ports.json") }
+
+// Registry holds the OCI registry's storage.
+func (p Paths) Registry() string { return filepath.Join(p.Dir, "registry") }
+
+// RegistryConfig is the OCI registry's configuration file.
+func (p Paths) RegistryConfig() string { return filepath.Join(p.Dir, "registry.yml") }

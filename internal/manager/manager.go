@@ -59,7 +59,10 @@ type Options struct {
 	NodeAddress string
 	// Webhook configures the validating admission webhook (Port 0 disables it).
 	Webhook WebhookOptions
-	Logger  *slog.Logger
+	// Registry is the OCI registry's loopback address (127.0.0.1:<port>)
+	// that `fke up` runs; empty when none runs.
+	Registry string
+	Logger   *slog.Logger
 	// LocalNodes configure the local node provider.
 	LocalNodes LocalNodeOptions
 }
@@ -229,6 +232,12 @@ func localProvider(ctx context.Context, opts Options, log *slog.Logger) *localno
 		return nil
 	}
 	lo := opts.LocalNodes
+	if lo.Registry == "" && opts.Registry != "" {
+		// Nodes reach the loopback registry at the bridge's gateway.
+		if _, port, ok := strings.Cut(opts.Registry, ":"); ok {
+			lo.Registry = hostnet.Gateway.String() + ":" + port
+		}
+	}
 	if lo.PauseImage == "" {
 		lo.PauseImage = os.Getenv(EnvNodePauseImage)
 	}

@@ -4,8 +4,10 @@ package integration
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -166,7 +168,9 @@ func TestAPIRejectsBadObjects(t *testing.T) {
 	// The provider must be one this manager runs (`local` is refused until
 	// the manager registers it).
 	t.Run("provider not available", func(t *testing.T) {
-		np := pool(func(p *fkev1.NodePool) { p.Name, p.Spec.PoolName, p.Spec.Provider = "demo.local", "local", fkev1.ProviderLocal })
+		np := pool(func(p *fkev1.NodePool) {
+			p.Name, p.Spec.PoolName, p.Spec.Provider = "demo.local", "local", fkev1.ProviderLocal
+		})
 		err := c.Create(ctx, np)
 		if err == nil {
 			_ = c.Delete(ctx, np)
@@ -211,13 +215,31 @@ func TestAPIRejectsBadObjects(t *testing.T) {
 	if err := c.Create(ctx, cl); err != nil {
 		t.Fatalf("creating a minimal cluster: %v", err)
 	}
-	if cl.Spec.Version != "v1.37.2" || cl.Spec.Runtime != fkev1.RuntimeLocal || cl.Spec.Network.PodCIDR != "10.112.0.0/12" || cl.Spec.Network.ServiceCIDR != "10.96.0.0/16" {
+	if cl.Spec.Version != "v1.37.2" || cl.Spec.Runtime != fkev1.RuntimeLocal || cl.Spec.Network.ServiceCIDR != "10.96.0.0/16" {
 		t.Fatalf("defaults not applied: %+v", cl.Spec)
 	}
-	clBefore := cl.DeepCopy()
-	cl.Spec.Network.PodCIDR = "10.100.0.0/16"
-	if err := c.Patch(ctx, cl, client.MergeFrom(clBefore)); err == nil || !strings.Contains(err.Error(), "network is immutable") {
-		t.Fatalf("changing the network: want 'network is immutable', got %v", err)
+	// The manager picks a free pod range and records it, once.
+	testenv.Eventually(t, 30*time.Second, "pod range picked", func() error {
+		if err := c.Get(ctx, client.ObjectKeyFromObject(cl), cl); err != nil {
+			return err
+		}
+		if cl.Spec.Network.PodCIDR == "" {
+			return errors.New("spec.network.podCIDR is empty")
+		}
+		return nil
+	})
+	if !strings.HasSuffix(cl.Spec.Network.PodCIDR, "/14") {
+		t.Fatalf("picked pod range %s, want a /14", cl.Spec.Network.PodCIDR)
+	}
+	for field, mut := range map[string]func(*fkev1.Cluster){
+		"podCIDR is immutable once set": func(c *fkev1.Cluster) { c.Spec.Network.PodCIDR = "10.100.0.0/16" },
+		"serviceCIDR is immutable":      func(c *fkev1.Cluster) { c.Spec.Network.ServiceCIDR = "10.97.0.0/16" },
+	} {
+		changed := cl.DeepCopy()
+		mut(changed)
+		if err := c.Patch(ctx, changed, client.MergeFrom(cl)); err == nil || !strings.Contains(err.Error(), field) {
+			t.Fatalf("changing the network: want %q, got %v", field, err)
+		}
 	}
 
 	// Version changes: never back, one minor at most, and only to what this fke runs.

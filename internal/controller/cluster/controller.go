@@ -6,6 +6,7 @@ package cluster
 import (
 	"context"
 	"fmt"
+	"net/netip"
 	"sync"
 	"time"
 
@@ -65,7 +66,13 @@ type Reconciler struct {
 	// tenant; nil skips it.
 	Approvers *bootstrap.Approvers
 
+	// HostRoutes lists the host's routes pod ranges must avoid; nil reads
+	// this host's routing table.
+	HostRoutes func() ([]netip.Prefix, error)
+
 	portsMu sync.Mutex // serialises port allocation across clusters
+	cidrMu  sync.Mutex // serialises pod-range picks across clusters
+	picked  map[string]netip.Prefix
 }
 
 // SetupWithManager registers the controller.
@@ -115,6 +122,10 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.
 		return ctrl.Result{}, nil
 	}
 
+	if err := r.ensurePodCIDR(ctx, cl); err != nil {
+		setUnknown(cl, err)
+		return ctrl.Result{}, err
+	}
 	if err := r.ensurePorts(ctx, cl); err != nil {
 		setUnknown(cl, err)
 		return ctrl.Result{}, err
@@ -216,6 +227,9 @@ func (r *Reconciler) finalize(ctx context.Context, cl *fkev1.Cluster) (waiting b
 	if r.Approvers != nil {
 		r.Approvers.Stop(key)
 	}
+	r.cidrMu.Lock()
+	delete(r.picked, key)
+	r.cidrMu.Unlock()
 	if err := r.Runtime.Delete(ctx, key); err != nil {
 		r.Recorder.Eventf(cl, nil, corev1.EventTypeWarning, "DeleteFailed", "Delete", "deleting control plane: %v", err)
 		return false, fmt.Errorf("deleting control plane %s: %w", key, err)

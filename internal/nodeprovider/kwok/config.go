@@ -70,16 +70,46 @@ type kwokOptions struct {
 	EnableProfilingHandler    bool   `json:"enableProfilingHandler"`
 }
 
-// stages returns kwok's standard Stage objects fke runs with: nodes become
-// Ready at once and keep a lease; pods become Running at once, complete
-// when their containers are all done, and go away when deleted.
+// AnnotationPodDeleteDelay on a pod of a kwok node ("20s", a Go duration)
+// keeps it Terminating that long after it is deleted, as a pod whose
+// containers take that long to stop; without it a deleted pod goes at once.
+// It is kwok's own annotation (read by its general pod-delete stage).
+const AnnotationPodDeleteDelay = "pod-delete.stage.kwok.x-k8s.io/delay"
+
+// podDeleteStage is kwok's fast pod-delete stage with the delay of
+// AnnotationPodDeleteDelay (none by default).
+const podDeleteStage = `apiVersion: kwok.x-k8s.io/v1alpha1
+kind: Stage
+metadata:
+  name: pod-delete
+spec:
+  resourceRef:
+    apiGroup: v1
+    kind: Pod
+  selector:
+    matchExpressions:
+    - key: '.metadata.deletionTimestamp'
+      operator: 'Exists'
+  delay:
+    durationMilliseconds: 0
+    durationFrom:
+      expressionFrom: '.metadata.annotations["` + AnnotationPodDeleteDelay + `"]'
+  next:
+    delete: true
+`
+
+// stages returns the Stage objects fke runs kwok with: nodes become Ready
+// at once and keep a lease; pods become Running at once, complete when
+// their containers are all done, and go away when deleted (after the delay
+// of AnnotationPodDeleteDelay, if any). All but pod-delete are kwok's
+// standard "fast" stages.
 func stages() []string {
 	return []string{
 		nodefast.DefaultNodeInit,
 		nodeheartbeat.DefaultNodeHeartbeatWithLease,
 		podfast.DefaultPodReady,
 		podfast.DefaultPodComplete,
-		podfast.DefaultPodDelete,
+		podDeleteStage,
 	}
 }
 
