@@ -374,22 +374,32 @@ func (p *Provider) startLocked(ctx context.Context, st *clusterState, cluster no
 		return fmt.Errorf("starting kwok for cluster %s: %w", st.key, err)
 	}
 	// No kwok process of this cluster runs now: the leases of its nodes are
-	// held by a dead one (see leases.go).
-	if n, err := releaseLeases(ctx, st.client, cluster); err != nil {
+	// held by a dead one, if any (see leases.go). Likewise before the
+	// supervisor restarts a kwok that died.
+	release := func(ctx context.Context) error {
+		n, err := releaseLeases(ctx, st.client, cluster)
+		if err != nil {
+			return err
+		}
+		if n > 0 {
+			p.log.Info("released node leases of a previous kwok process", "cluster", st.key, "leases", n)
+		}
+		return nil
+	}
+	if err := release(ctx); err != nil {
 		// kwok still takes the leases once they expire.
 		p.log.Warn("releasing node leases failed", "cluster", st.key, "error", err)
-	} else if n > 0 {
-		p.log.Info("released node leases of a previous kwok process", "cluster", st.key, "leases", n)
 	}
 	addr := fmt.Sprintf("127.0.0.1:%d", ports[0])
 	logPath := filepath.Join(st.dir, "kwok.log")
 	proc, err := p.procs.Start(ctx, supervisor.Spec{
-		Name:        st.procName,
-		Path:        path,
-		Args:        args(kubeconfigPath, configPath, ports[0]),
-		LogPath:     logPath,
-		Ready:       supervisor.WaitHTTPReady("http://"+addr+"/healthz", nil),
-		GracePeriod: stopGracePeriod,
+		Name:          st.procName,
+		Path:          path,
+		Args:          args(kubeconfigPath, configPath, ports[0]),
+		LogPath:       logPath,
+		Ready:         supervisor.WaitHTTPReady("http://"+addr+"/healthz", nil),
+		GracePeriod:   stopGracePeriod,
+		BeforeRestart: release,
 	})
 	if err != nil {
 		return fmt.Errorf("starting kwok for cluster %s: %w", st.key, err)
