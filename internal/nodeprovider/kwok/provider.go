@@ -376,8 +376,9 @@ func (p *Provider) startLocked(ctx context.Context, st *clusterState, cluster no
 	// No kwok process of this cluster runs now: the leases of its nodes are
 	// held by a dead one, if any (see leases.go). Likewise before the
 	// supervisor restarts a kwok that died.
+	client := st.client // this kwok's cluster config; a new one restarts kwok
 	release := func(ctx context.Context) error {
-		n, err := releaseLeases(ctx, st.client, cluster)
+		n, err := releaseLeases(ctx, client, cluster)
 		if err != nil {
 			return err
 		}
