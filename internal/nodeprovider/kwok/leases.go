@@ -15,44 +15,49 @@ import (
 	"fke.dev/fke/internal/nodeprovider"
 )
 
-// Why leases are released before kwok starts:
+// Why the Leases of a cluster's nodes are deleted before kwok starts:
 //
 // kwok holds each simulated node's Lease (namespace kube-node-lease) under an
 // identity made of the host name and a random UUID, new for every process,
 // and it only plays a node's stages (the one that makes it Ready included)
-// while it holds that node's Lease. A Lease held by another identity is taken
-// over only once it has expired: renewTime + nodeLeaseDurationSeconds (40 s).
-// When the kwok process of a cluster dies (it dies with fke-manager), the
-// Leases of the nodes it had just registered but not yet made Ready are
-// still held by the dead process, so the next kwok leaves those nodes
-// NotReady for up to 40 s. The provider runs the only kwok process of a
-// cluster, and when it starts one no other runs, so every Lease of its
-// nodes held by anyone is held by a dead process: the provider clears the
-// holder of those Leases before kwok starts, and kwok takes them at once.
+// while it holds that node's Lease. Two things delay a new kwok process on a
+// cluster whose Leases exist (measured: 20 nodes registered just before
+// fke-manager was killed stayed NotReady 45 s after its return):
+//
+//   - A Lease held by another identity is taken over only once it has
+//     expired, renewTime + nodeLeaseDurationSeconds (40 s). When the kwok
+//     process of a cluster dies (it dies with fke-manager), every Lease of
+//     its nodes is held by the dead process.
+//   - kwok decides from its Lease cache, which may not be synced yet when it
+//     first sees the nodes: it then creates a Lease that exists, fails with
+//     AlreadyExists and tries again only a quarter of the lease duration
+//     later (10 s).
+//
+// The provider runs the only kwok process of a cluster, and when it starts
+// one no other runs, so every Lease of its nodes belongs to a dead process:
+// the provider deletes them, and the new kwok creates them at once. The
+// Nodes keep their Ready condition meanwhile; kube-controller-manager falls
+// back to the Node's status for the second a Lease is missing.
 
-// leaseReleaseWorkers bounds the Lease updates in flight while releasing.
-const leaseReleaseWorkers = 16
+// leaseDeleteWorkers bounds the Lease deletions in flight.
+const leaseDeleteWorkers = 16
 
-// needsRelease reports whether lease names a holder, so that a new kwok
-// process would wait for it to expire before taking it.
-func needsRelease(lease *coordinationv1.Lease) bool {
-	return lease.Spec.HolderIdentity != nil
-}
-
-// released returns a copy of lease without a holder. renewTime is kept, so
-// kube-controller-manager still counts the node as heard from.
-func released(lease *coordinationv1.Lease) *coordinationv1.Lease {
-	out := lease.DeepCopy()
-	out.Spec.HolderIdentity = nil
+// staleLeases returns the Leases among leases that belong to ourNodes.
+func staleLeases(leases []coordinationv1.Lease, ourNodes map[string]bool) []*coordinationv1.Lease {
+	var out []*coordinationv1.Lease
+	for i := range leases {
+		if ourNodes[leases[i].Name] {
+			out = append(out, &leases[i])
+		}
+	}
 	return out
 }
 
-// releaseLeases clears the holder of the node Lease of every Node the
-// provider made in cluster, so that a kwok process about to start takes them
-// without waiting for them to expire. It must only run while no kwok process
-// of cluster runs. A Lease that is gone or changed meanwhile is skipped. It
-// returns how many Leases it released.
-func releaseLeases(ctx context.Context, client kubernetes.Interface, cluster nodeprovider.Cluster) (int, error) {
+// deleteLeases deletes the node Lease of every Node the provider made in
+// cluster, so that a kwok process about to start takes its nodes at once. It
+// must only run while no kwok process of cluster runs. It returns how many
+// Leases it deleted.
+func deleteLeases(ctx context.Context, client kubernetes.Interface, cluster nodeprovider.Cluster) (int, error) {
 	ourNodes := map[string]bool{}
 	opts := metav1.ListOptions{Limit: listPageSize}
 	for {
@@ -77,31 +82,29 @@ func releaseLeases(ctx context.Context, client kubernetes.Interface, cluster nod
 	if err != nil {
 		return 0, fmt.Errorf("listing node leases of cluster %s: %w", cluster.Key, err)
 	}
-	var todo []*coordinationv1.Lease
-	for i := range leases.Items {
-		if l := &leases.Items[i]; ourNodes[l.Name] && needsRelease(l) {
-			todo = append(todo, released(l))
-		}
-	}
-	return len(todo), updateAll(ctx, client, todo)
+	todo := staleLeases(leases.Items, ourNodes)
+	return len(todo), deleteAll(ctx, client, todo)
 }
 
-// updateAll updates leases with at most leaseReleaseWorkers requests in
-// flight. Conflicts and NotFound are not errors: the Lease moved on.
-func updateAll(ctx context.Context, client kubernetes.Interface, leases []*coordinationv1.Lease) error {
+// deleteAll deletes leases, each only if unchanged since listed, with at
+// most leaseDeleteWorkers requests in flight. A Lease already gone or
+// replaced is not an error.
+func deleteAll(ctx context.Context, client kubernetes.Interface, leases []*coordinationv1.Lease) error {
 	work := make(chan *coordinationv1.Lease)
 	var (
 		wg   sync.WaitGroup
 		mu   sync.Mutex
 		errs []error
 	)
-	for range min(leaseReleaseWorkers, len(leases)) {
+	for range min(leaseDeleteWorkers, len(leases)) {
 		wg.Go(func() {
 			for l := range work {
-				_, err := client.CoordinationV1().Leases(l.Namespace).Update(ctx, l, metav1.UpdateOptions{})
+				err := client.CoordinationV1().Leases(l.Namespace).Delete(ctx, l.Name, metav1.DeleteOptions{
+					Preconditions: &metav1.Preconditions{UID: &l.UID, ResourceVersion: &l.ResourceVersion},
+				})
 				if err != nil && !apierrors.IsConflict(err) && !apierrors.IsNotFound(err) {
 					mu.Lock()
-					errs = append(errs, fmt.Errorf("releasing lease %s: %w", l.Name, err))
+					errs = append(errs, fmt.Errorf("deleting lease %s: %w", l.Name, err))
 					mu.Unlock()
 				}
 			}

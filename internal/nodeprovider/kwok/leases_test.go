@@ -7,6 +7,7 @@ import (
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/fake"
 
@@ -22,68 +23,55 @@ func lease(name string, holder *string, renew time.Time) *coordinationv1.Lease {
 	}
 }
 
-func TestNeedsRelease(t *testing.T) {
+func TestStaleLeases(t *testing.T) {
 	dead := "host_0b7c"
 	now := time.Now()
-	for _, tc := range []struct {
-		name  string
-		lease *coordinationv1.Lease
-		want  bool
-	}{
-		{"held by a dead process, fresh", lease("n", &dead, now), true},
-		{"held, expired", lease("n", &dead, now.Add(-time.Hour)), true},
-		{"no holder", lease("n", nil, now), false},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			if got := needsRelease(tc.lease); got != tc.want {
-				t.Errorf("needsRelease = %v, want %v", got, tc.want)
-			}
-		})
+	leases := []coordinationv1.Lease{*lease("a", &dead, now), *lease("b", nil, now), *lease("real", &dead, now)}
+	got := staleLeases(leases, map[string]bool{"a": true, "b": true, "gone": true})
+	if len(got) != 2 || got[0].Name != "a" || got[1].Name != "b" {
+		t.Errorf("staleLeases = %v, want the leases of a and b", got)
 	}
-	l := lease("n", &dead, now)
-	r := released(l)
-	if r.Spec.HolderIdentity != nil || !r.Spec.RenewTime.Equal(l.Spec.RenewTime) || l.Spec.HolderIdentity == nil {
-		t.Errorf("released: holder %v renew %v; original holder %v", r.Spec.HolderIdentity, r.Spec.RenewTime, l.Spec.HolderIdentity)
+	if got := staleLeases(leases, nil); len(got) != 0 {
+		t.Errorf("staleLeases without nodes = %v", got)
 	}
 }
 
-// TestReleaseLeases: the leases of the provider's nodes lose their holder;
-// the lease of a node the provider did not make (a real kubelet's, or
-// another cluster's) is left alone.
-func TestReleaseLeases(t *testing.T) {
+// TestDeleteLeases: the Leases of the provider's nodes go, whoever holds
+// them; the Lease of a node the provider did not make (a real kubelet's, or
+// another cluster's) stays.
+func TestDeleteLeases(t *testing.T) {
 	cluster := nodeprovider.Cluster{Key: "default/demo", Name: "demo"}
 	dead, kubelet := "host_dead", "real-node"
 	now := time.Now()
-	tmpl := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "demo-gpu-0"}}
-	ours0 := nodeFor(cluster, nodeprovider.NodeSpec{MachineName: "gpu-0", Template: tmpl})
+	ours0 := nodeFor(cluster, nodeprovider.NodeSpec{MachineName: "gpu-0", Template: &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "demo-gpu-0"}}})
 	ours1 := nodeFor(cluster, nodeprovider.NodeSpec{MachineName: "gpu-1", Template: &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "demo-gpu-1"}}})
+	other := nodeFor(nodeprovider.Cluster{Key: "default/b", Name: "b"}, nodeprovider.NodeSpec{MachineName: "gpu-2", Template: &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "b-gpu-2"}}})
 	realNode := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "real"}}
-	client := fake.NewClientset(ours0, ours1, realNode,
-		lease("demo-gpu-0", &dead, now), lease("demo-gpu-1", nil, now), lease("real", &kubelet, now))
+	client := fake.NewClientset(ours0, ours1, other, realNode,
+		lease("demo-gpu-0", &dead, now), lease("demo-gpu-1", nil, now), lease("b-gpu-2", &dead, now), lease("real", &kubelet, now))
 
-	n, err := releaseLeases(context.Background(), client, cluster)
+	n, err := deleteLeases(context.Background(), client, cluster)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n != 1 {
-		t.Errorf("released %d leases, want 1", n)
+	if n != 2 {
+		t.Errorf("deleted %d leases, want 2", n)
 	}
-	get := func(name string) *coordinationv1.Lease {
-		l, err := client.CoordinationV1().Leases(corev1.NamespaceNodeLease).Get(context.Background(), name, metav1.GetOptions{})
-		if err != nil {
-			t.Fatal(err)
+	leases := client.CoordinationV1().Leases(corev1.NamespaceNodeLease)
+	for _, name := range []string{"demo-gpu-0", "demo-gpu-1"} {
+		if _, err := leases.Get(context.Background(), name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+			t.Errorf("lease %s: %v, want it deleted", name, err)
 		}
-		return l
 	}
-	if h := get("demo-gpu-0").Spec.HolderIdentity; h != nil {
-		t.Errorf("lease of demo-gpu-0 still held by %q", *h)
+	for _, name := range []string{"real", "b-gpu-2"} {
+		if _, err := leases.Get(context.Background(), name, metav1.GetOptions{}); err != nil {
+			t.Errorf("lease %s of a node the provider did not make: %v", name, err)
+		}
 	}
-	if h := get("real").Spec.HolderIdentity; h == nil || *h != kubelet {
-		t.Errorf("lease of the real node changed: holder %v", h)
+	if n, err := deleteLeases(context.Background(), client, cluster); err != nil || n != 0 {
+		t.Errorf("second run: deleted %d, err %v; want nothing to do", n, err)
 	}
-
-	empty := fake.NewClientset()
-	if n, err := releaseLeases(context.Background(), empty, cluster); err != nil || n != 0 {
-		t.Errorf("no nodes: released %d, err %v", n, err)
+	if n, err := deleteLeases(context.Background(), fake.NewClientset(), cluster); err != nil || n != 0 {
+		t.Errorf("no nodes: deleted %d, err %v", n, err)
 	}
 }

@@ -373,23 +373,23 @@ func (p *Provider) startLocked(ctx context.Context, st *clusterState, cluster no
 	if err != nil {
 		return fmt.Errorf("starting kwok for cluster %s: %w", st.key, err)
 	}
-	// No kwok process of this cluster runs now: the leases of its nodes are
-	// held by a dead one, if any (see leases.go). Likewise before the
-	// supervisor restarts a kwok that died.
+	// No kwok process of this cluster runs now: the Leases of its nodes
+	// belong to a dead one, if any, and would hold the new one back (see
+	// leases.go). Likewise before the supervisor restarts a kwok that died.
 	client := st.client // this kwok's cluster config; a new one restarts kwok
-	release := func(ctx context.Context) error {
-		n, err := releaseLeases(ctx, client, cluster)
+	dropLeases := func(ctx context.Context) error {
+		n, err := deleteLeases(ctx, client, cluster)
 		if err != nil {
 			return err
 		}
 		if n > 0 {
-			p.log.Info("released node leases of a previous kwok process", "cluster", st.key, "leases", n)
+			p.log.Info("deleted the node leases of a previous kwok process", "cluster", st.key, "leases", n)
 		}
 		return nil
 	}
-	if err := release(ctx); err != nil {
-		// kwok still takes the leases once they expire.
-		p.log.Warn("releasing node leases failed", "cluster", st.key, "error", err)
+	if err := dropLeases(ctx); err != nil {
+		// kwok still takes the leases, once they expire.
+		p.log.Warn("deleting node leases failed", "cluster", st.key, "error", err)
 	}
 	addr := fmt.Sprintf("127.0.0.1:%d", ports[0])
 	logPath := filepath.Join(st.dir, "kwok.log")
@@ -400,7 +400,7 @@ func (p *Provider) startLocked(ctx context.Context, st *clusterState, cluster no
 		LogPath:       logPath,
 		Ready:         supervisor.WaitHTTPReady("http://"+addr+"/healthz", nil),
 		GracePeriod:   stopGracePeriod,
-		BeforeRestart: release,
+		BeforeRestart: dropLeases,
 	})
 	if err != nil {
 		return fmt.Errorf("starting kwok for cluster %s: %w", st.key, err)
