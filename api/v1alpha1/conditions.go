@@ -34,6 +34,12 @@ const (
 	ReasonGPUsNotAllocatable = "GPUsNotAllocatable"
 	ReasonNoGPUs             = "NoGPUs"
 	ReasonScaling            = "Scaling"
+	// ReasonInsufficientCapacity: the provider cannot make the instance type now.
+	ReasonInsufficientCapacity = "InsufficientCapacity"
+	// ReasonProvisionFailed: the provider failed to make the instance.
+	ReasonProvisionFailed = "ProvisionFailed"
+	// ReasonAddonsNotReady: a Cluster's addons are not installed or ready.
+	ReasonAddonsNotReady = "AddonsNotReady"
 )
 
 // Labels and annotations fke puts on objects it owns.
@@ -44,6 +50,12 @@ const (
 	LabelNodePool = "fke.dev/nodepool"
 	// AnnotationDoNotDisrupt on a pod or node keeps the autoscaler from removing it.
 	AnnotationDoNotDisrupt = "fke.dev/do-not-disrupt"
+	// AnnotationScaleDown marks a Machine the autoscaler chose to remove; the
+	// nodepool controller removes such machines first.
+	AnnotationScaleDown = "fke.dev/scale-down"
+	// AnnotationRenamedFrom on a NodePool names the pool object it was
+	// renamed from when per-cluster pool names came in.
+	AnnotationRenamedFrom = "fke.dev/renamed-from"
 	// ClusterFinalizer guards the cleanup of a Cluster's control plane and data.
 	ClusterFinalizer = "fke.dev/cluster"
 	// NodePoolFinalizer guards the removal of a NodePool's Machines.

@@ -21,7 +21,8 @@ type MachineSpec struct {
 	// ClusterName is the Cluster the node joins.
 	// +kubebuilder:validation:MinLength=1
 	ClusterName string `json:"clusterName"`
-	// NodePoolName is the pool the machine belongs to.
+	// NodePoolName is the name of its pool within the cluster (the pool's
+	// spec.poolName; the NodePool object is CLUSTER.POOL, see NodePoolKey).
 	// +kubebuilder:validation:MinLength=1
 	NodePoolName string `json:"nodePoolName"`
 	// InstanceType is the shape of the node.

@@ -27,6 +27,18 @@ type NodePoolSpec struct {
 	// +kubebuilder:validation:XValidation:rule="self.matches('^[a-z]([-a-z0-9]*[a-z0-9])?$')",message="clusterName must be a DNS label"
 	ClusterName string `json:"clusterName"`
 
+	// PoolName is the pool's name within its cluster: pools of different
+	// clusters may share it. The object is named CLUSTER.POOL
+	// (NodePoolObjectName), which keeps names unique per cluster. Nodes
+	// carry it in the label fke.dev/nodepool. Required for new pools (a
+	// pool made before per-cluster names has none until the manager
+	// renames it). Immutable.
+	// +kubebuilder:validation:MaxLength=40
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="poolName is immutable"
+	// +kubebuilder:validation:XValidation:rule="self.matches('^[a-z]([-a-z0-9]*[a-z0-9])?$')",message="poolName must be a DNS label of at most 40 characters: lowercase letters, digits and '-', starting with a letter"
+	// +optional
+	PoolName string `json:"poolName,omitempty"`
+
 	// InstanceType names the InstanceType of every node in the pool.
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=63
@@ -163,6 +175,7 @@ type NodePoolStatus struct {
 // +kubebuilder:subresource:scale:specpath=.spec.replicas,statuspath=.status.replicas,selectorpath=.status.selector
 // +kubebuilder:resource:shortName=np,categories=fke
 // +kubebuilder:printcolumn:name="Cluster",type=string,JSONPath=`.spec.clusterName`
+// +kubebuilder:printcolumn:name="Pool",type=string,JSONPath=`.spec.poolName`
 // +kubebuilder:printcolumn:name="Type",type=string,JSONPath=`.spec.instanceType`
 // +kubebuilder:printcolumn:name="Desired",type=integer,JSONPath=`.spec.replicas`
 // +kubebuilder:printcolumn:name="Ready",type=integer,JSONPath=`.status.readyReplicas`
@@ -170,7 +183,7 @@ type NodePoolStatus struct {
 // +kubebuilder:printcolumn:name="Max",type=integer,JSONPath=`.spec.autoscaling.maxSize`
 // +kubebuilder:printcolumn:name="GPUs",type=integer,JSONPath=`.status.gpuCapacity`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
-// +kubebuilder:validation:XValidation:rule="self.metadata.name.size() <= 40 && self.metadata.name.matches('^[a-z]([-a-z0-9]*[a-z0-9])?$')",message="node pool name must be a DNS label of at most 40 characters: lowercase letters, digits and '-', starting with a letter"
+// +kubebuilder:validation:XValidation:rule="has(self.spec.poolName) ? self.metadata.name == self.spec.clusterName + '.' + self.spec.poolName : (self.metadata.name.size() <= 40 && self.metadata.name.matches('^[a-z]([-a-z0-9]*[a-z0-9])?$'))",message="a node pool is named CLUSTER.POOL from spec.clusterName and spec.poolName, e.g. demo.gpu for pool gpu of cluster demo (`fke nodepool create demo/gpu` names it so)"
 type NodePool struct {
 	metav1.TypeMeta   `json:",inline"`
 	metav1.ObjectMeta `json:"metadata,omitempty"`

@@ -34,13 +34,8 @@ import (
 
 	fkev1 "fke.dev/fke/api/v1alpha1"
 	"fke.dev/fke/internal/autoscaler/decide"
-	"fke.dev/fke/internal/controller/nodepool"
 	"fke.dev/fke/internal/tenant"
 )
-
-// AnnotationScaleDown marks a Machine the autoscaler chose to remove; the
-// NodePool controller removes marked machines first when the pool shrinks.
-const AnnotationScaleDown = nodepool.AnnotationScaleDown
 
 // Defaults documented in the README.
 const (
@@ -327,7 +322,7 @@ func (r *Reconciler) gather(ctx context.Context, cl *fkev1.Cluster) (*input, err
 		return nil, fmt.Errorf("listing node pools: %w", err)
 	}
 	for i := range pools.Items {
-		if np := &pools.Items[i]; np.Spec.ClusterName == cl.Name && np.Spec.Autoscaling != nil {
+		if np := &pools.Items[i]; np.Spec.ClusterName == cl.Name && np.Spec.Autoscaling != nil && !np.Legacy() {
 			in.pools = append(in.pools, np)
 		}
 	}
@@ -529,7 +524,7 @@ func (r *Reconciler) applyScaleDown(ctx context.Context, cl *fkev1.Cluster, sd d
 		var nodes []string
 		for _, rm := range byPool[name] {
 			for _, m := range v.live {
-				if m.Status.NodeName != rm.Node || m.Annotations[AnnotationScaleDown] == "true" {
+				if m.Status.NodeName != rm.Node || m.Annotations[fkev1.AnnotationScaleDown] == "true" {
 					continue
 				}
 				if _, err := r.markForRemoval(ctx, m); err != nil {
@@ -562,7 +557,7 @@ func (r *Reconciler) markForRemoval(ctx context.Context, m *fkev1.Machine) (*fke
 	if mc.Annotations == nil {
 		mc.Annotations = map[string]string{}
 	}
-	mc.Annotations[AnnotationScaleDown] = "true"
+	mc.Annotations[fkev1.AnnotationScaleDown] = "true"
 	if err := r.Client.Patch(ctx, mc, client.MergeFrom(m)); err != nil {
 		return nil, fmt.Errorf("marking machine %s for removal: %w", m.Name, err)
 	}
@@ -617,7 +612,7 @@ func setReplicas(ctx context.Context, c client.Client, np *fkev1.NodePool, to in
 	if a := np.Spec.Autoscaling; a != nil && to > int(a.MaxSize) {
 		return 0, fmt.Errorf("resizing node pool %s to %d: above max size %d", np.Name, to, a.MaxSize)
 	}
-	from = nodepool.DesiredReplicas(np)
+	from = np.DesiredReplicas()
 	patch := client.MergeFromWithOptions(np.DeepCopy(), opts...)
 	np.Spec.Replicas = ptr.To(int32(to))
 	if err := c.Patch(ctx, np, patch); err != nil {
@@ -643,11 +638,11 @@ func recordScaleDecision(ctx context.Context, c client.Client, np *fkev1.NodePoo
 func (r *Reconciler) handleFailedMachines(ctx context.Context, cl *fkev1.Cluster, in *input, st *clusterState, now time.Time) error {
 	pools := map[string]*fkev1.NodePool{}
 	for _, np := range in.pools {
-		pools[np.Name] = np
+		pools[np.PoolName()] = np
 	}
 	for i, m := range in.machines {
 		np := pools[m.Spec.NodePoolName]
-		if np == nil || !m.DeletionTimestamp.IsZero() || m.Annotations[AnnotationScaleDown] == "true" ||
+		if np == nil || !m.DeletionTimestamp.IsZero() || m.Annotations[fkev1.AnnotationScaleDown] == "true" ||
 			meta.IsStatusConditionTrue(m.Status.Conditions, fkev1.ConditionReady) {
 			continue
 		}
@@ -656,7 +651,7 @@ func (r *Reconciler) handleFailedMachines(ctx context.Context, cl *fkev1.Cluster
 			maxProvision = d.Duration
 		}
 		var why string
-		if c := meta.FindStatusCondition(m.Status.Conditions, fkev1.ConditionProvisioned); c != nil && c.Status == metav1.ConditionFalse && c.Reason == "InsufficientCapacity" {
+		if c := meta.FindStatusCondition(m.Status.Conditions, fkev1.ConditionProvisioned); c != nil && c.Status == metav1.ConditionFalse && c.Reason == fkev1.ReasonInsufficientCapacity {
 			why = "insufficient capacity: " + c.Message
 		} else if now.Sub(m.CreationTimestamp.Time) > maxProvision {
 			why = fmt.Sprintf("machine %s not ready after %s", m.Name, maxProvision)
@@ -664,14 +659,14 @@ func (r *Reconciler) handleFailedMachines(ctx context.Context, cl *fkev1.Cluster
 		if why == "" {
 			continue
 		}
-		step := st.backoffStep[np.Name]
+		step := st.backoffStep[np.PoolName()]
 		if step == 0 {
 			step = InitialBackoff
 		} else {
 			step = min(2*step, MaxBackoff)
 		}
-		st.backoffStep[np.Name] = step
-		st.backoffUntil[np.Name] = now.Add(step)
+		st.backoffStep[np.PoolName()] = step
+		st.backoffUntil[np.PoolName()] = now.Add(step)
 		r.Recorder.Eventf(np, nil, corev1.EventTypeWarning, "ScaleUpFailed", "ScaleUp", "%s; backing off the pool for %s", why, step)
 		marked, err := r.markForRemoval(ctx, m)
 		if err != nil {

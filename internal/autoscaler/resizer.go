@@ -11,7 +11,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	fkev1 "fke.dev/fke/api/v1alpha1"
-	"fke.dev/fke/internal/controller/nodepool"
 )
 
 // resizeDone is told the outcome of a resize once its patch is done: the
@@ -65,11 +64,11 @@ func (z *resizer) Desired(np *fkev1.NodePool) int {
 	key := client.ObjectKeyFromObject(np)
 	s := z.pools[key]
 	if s == nil {
-		return nodepool.DesiredReplicas(np)
+		return np.DesiredReplicas()
 	}
 	if !s.queued && !s.writing && np.Generation >= s.written {
 		delete(z.pools, key)
-		return nodepool.DesiredReplicas(np)
+		return np.DesiredReplicas()
 	}
 	return s.to
 }

@@ -11,8 +11,7 @@ import (
 
 	fkev1 "fke.dev/fke/api/v1alpha1"
 	"fke.dev/fke/internal/autoscaler/decide"
-	machinectrl "fke.dev/fke/internal/controller/machine"
-	"fke.dev/fke/internal/controller/nodepool"
+	"fke.dev/fke/internal/nodeutil"
 	"fke.dev/fke/internal/nodetemplate"
 )
 
@@ -33,7 +32,7 @@ type poolView struct {
 // means its spec.replicas.
 func BuildPools(pools []*fkev1.NodePool, types map[string]*fkev1.InstanceType, machines []*fkev1.Machine, backoff map[string]time.Time, desired func(*fkev1.NodePool) int) ([]decide.Pool, map[string]*poolView) {
 	if desired == nil {
-		desired = nodepool.DesiredReplicas
+		desired = (*fkev1.NodePool).DesiredReplicas
 	}
 	byPool := map[string][]*fkev1.Machine{}
 	for _, m := range machines {
@@ -44,12 +43,13 @@ func BuildPools(pools []*fkev1.NodePool, types map[string]*fkev1.InstanceType, m
 	for _, np := range pools {
 		a := np.Spec.Autoscaling
 		it := types[np.Spec.InstanceType]
-		if a == nil || it == nil || !np.DeletionTimestamp.IsZero() {
+		if a == nil || it == nil || !np.DeletionTimestamp.IsZero() || np.Legacy() {
 			continue
 		}
 		v := &poolView{pool: np, it: it, desired: desired(np)}
 		current, upcoming := 0, 0
-		for _, m := range byPool[np.Name] {
+		name := np.PoolName()
+		for _, m := range byPool[name] {
 			if !m.DeletionTimestamp.IsZero() {
 				current++
 				continue
@@ -64,17 +64,17 @@ func BuildPools(pools []*fkev1.NodePool, types map[string]*fkev1.InstanceType, m
 		if missing := v.desired - len(v.live); missing > 0 {
 			upcoming += missing
 		}
-		views[np.Name] = v
+		views[name] = v
 		out = append(out, decide.Pool{
-			Name:                          np.Name,
-			Template:                      nodetemplate.Build(np, it, "template-"+np.Name),
+			Name:                          name,
+			Template:                      nodetemplate.Build(np, it, "template-"+name),
 			MinSize:                       int(a.MinSize),
 			MaxSize:                       int(a.MaxSize),
 			Current:                       current,
 			Upcoming:                      upcoming,
 			PricePerHour:                  price(it),
 			Priority:                      int(a.Priority),
-			BackoffUntil:                  backoff[np.Name],
+			BackoffUntil:                  backoff[name],
 			ScaleDownUnneededTime:         duration(a.ScaleDownUnneededTime),
 			ScaleDownUtilizationThreshold: threshold(a.ScaleDownUtilizationThreshold),
 		})
@@ -129,9 +129,9 @@ func BuildSnapshot(nodes []*corev1.Node, pods PodGroups, machines []*fkev1.Machi
 			if ni.Ready {
 				ni.Node = withoutStartupTaints(n)
 			}
-			ni.Deleting = !m.DeletionTimestamp.IsZero() || m.Annotations[AnnotationScaleDown] == "true"
+			ni.Deleting = !m.DeletionTimestamp.IsZero() || m.Annotations[fkev1.AnnotationScaleDown] == "true"
 		} else {
-			ni.Ready = machinectrl.NodeReady(n)
+			ni.Ready = nodeutil.NodeReady(n)
 			ni.Pool = "" // not ours: never scaled down
 		}
 		s.Nodes = append(s.Nodes, ni)

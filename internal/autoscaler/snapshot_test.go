@@ -20,8 +20,8 @@ import (
 
 func gpuPool(replicas int32) *fkev1.NodePool {
 	return &fkev1.NodePool{
-		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "gpu"},
-		Spec: fkev1.NodePoolSpec{ClusterName: "demo", InstanceType: "gpu-h100x8", Replicas: ptr.To(replicas),
+		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "demo.gpu"},
+		Spec: fkev1.NodePoolSpec{ClusterName: "demo", PoolName: "gpu", InstanceType: "gpu-h100x8", Replicas: ptr.To(replicas),
 			Autoscaling: &fkev1.NodePoolAutoscaling{MinSize: 0, MaxSize: 4}},
 	}
 }

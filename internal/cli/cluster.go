@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -64,11 +65,16 @@ func newClusterCreateCmd(g *globals) *cobra.Command {
 				return err
 			}
 			var nps []*fkev1.NodePool
+			seen := map[string]bool{}
 			for _, spec := range pools {
 				np, err := parsePoolShortcut(g.namespace, name, spec)
 				if err != nil {
 					return err
 				}
+				if seen[np.PoolName()] {
+					return fmt.Errorf("--nodepool: pool %q is given twice", np.PoolName())
+				}
+				seen[np.PoolName()] = true
 				nps = append(nps, np)
 			}
 			c, err := g.client()
@@ -78,7 +84,7 @@ func newClusterCreateCmd(g *globals) *cobra.Command {
 			for _, np := range nps {
 				it := &fkev1.InstanceType{}
 				if err := c.Get(cmd.Context(), client.ObjectKey{Name: np.Spec.InstanceType}, it); err != nil {
-					return fmt.Errorf("node pool %s: instance type %q not found: list them with `fke instancetypes`", np.Name, np.Spec.InstanceType)
+					return fmt.Errorf("node pool %s: instance type %q not found: list them with `fke instancetypes`", np.PoolName(), np.Spec.InstanceType)
 				}
 			}
 			cl := &fkev1.Cluster{
@@ -89,11 +95,8 @@ func newClusterCreateCmd(g *globals) *cobra.Command {
 				return explainCluster(err, name)
 			}
 			fmt.Fprintf(g.out, "cluster %s created\n", name)
-			for _, np := range nps {
-				if err := createPool(cmd.Context(), c, np); err != nil {
-					return err
-				}
-				fmt.Fprintf(g.out, "node pool %s/%s created\n", name, np.Name)
+			if err := createPools(cmd.Context(), c, cl, nps, g.out); err != nil {
+				return err
 			}
 			if !wait {
 				fmt.Fprintf(g.out, "watch it with `fke cluster get %s`\n", name)
@@ -117,6 +120,35 @@ func newClusterCreateCmd(g *globals) *cobra.Command {
 	cmd.Flags().StringArrayVar(&pools, "nodepool", nil, "add a node pool: name=N,type=T,replicas=R or name=N,type=T,min=A,max=B (repeatable)")
 	cmd.Flags().DurationVar(&timeout, "timeout", 5*time.Minute, "how long --wait waits")
 	return cmd
+}
+
+// createPools creates the pools of a cluster just created. It is all or
+// nothing from the user's view: when one pool is refused, the pools made
+// so far and the cluster are deleted again, and the error says so.
+func createPools(ctx context.Context, c client.Client, cl *fkev1.Cluster, nps []*fkev1.NodePool, out io.Writer) error {
+	var made []*fkev1.NodePool
+	for _, np := range nps {
+		err := createPool(ctx, c, np)
+		if err == nil {
+			made = append(made, np)
+			fmt.Fprintf(out, "node pool %s/%s created\n", cl.Name, np.PoolName())
+			continue
+		}
+		var undo []error
+		for _, m := range made {
+			if derr := c.Delete(ctx, m); client.IgnoreNotFound(derr) != nil {
+				undo = append(undo, fmt.Errorf("node pool %s/%s: %w", cl.Name, m.PoolName(), derr))
+			}
+		}
+		if derr := c.Delete(ctx, cl); client.IgnoreNotFound(derr) != nil {
+			undo = append(undo, fmt.Errorf("cluster %s: %w", cl.Name, derr))
+		}
+		if len(undo) > 0 {
+			return fmt.Errorf("%w; removing what was created failed, delete it with `fke cluster delete %s`: %w", err, cl.Name, errors.Join(undo...))
+		}
+		return fmt.Errorf("%w; nothing was kept: cluster %s and its other node pools are being deleted", err, cl.Name)
+	}
+	return nil
 }
 
 // waitGone polls until obj no longer exists or timeout passes.

@@ -63,9 +63,12 @@ func buildPool(namespace, clusterName, name string, o poolOptions, replicasSet, 
 		return nil, fmt.Errorf("--instance-type is required: list them with `fke instancetypes`")
 	}
 	np := &fkev1.NodePool{
-		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name, Labels: map[string]string{fkev1.LabelCluster: clusterName}},
+		ObjectMeta: metav1.ObjectMeta{
+			Namespace: namespace, Name: fkev1.NodePoolObjectName(clusterName, name),
+			Labels: map[string]string{fkev1.LabelCluster: clusterName},
+		},
 		Spec: fkev1.NodePoolSpec{
-			ClusterName: clusterName, InstanceType: o.instanceType,
+			ClusterName: clusterName, PoolName: name, InstanceType: o.instanceType,
 			Provider: fkev1.ProviderName(o.provider), DisableGPUTaint: o.disableGPUTaint,
 		},
 	}
@@ -147,9 +150,9 @@ func createPool(ctx context.Context, c client.Client, np *fkev1.NodePool) error 
 	}
 	if err := c.Create(ctx, np); err != nil {
 		if apierrors.IsAlreadyExists(err) {
-			return fmt.Errorf("node pool %s/%s already exists", np.Spec.ClusterName, np.Name)
+			return fmt.Errorf("node pool %s/%s already exists", np.Spec.ClusterName, np.PoolName())
 		}
-		return explain(err, "node pool "+np.Name)
+		return explain(err, "node pool "+np.Spec.ClusterName+"/"+np.PoolName())
 	}
 	return nil
 }
@@ -226,7 +229,7 @@ func waitPoolReady(ctx context.Context, c client.Client, key client.ObjectKey, t
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("node pool %s not ready after %s (%s)", key.Name, timeout, last)
+			return fmt.Errorf("node pool %s not ready after %s (%s)", poolRef(key.Name), timeout, last)
 		case <-tick.C:
 		}
 	}
@@ -287,7 +290,7 @@ func printPools(out io.Writer, pools []fkev1.NodePool, withCluster bool) error {
 				status = c.Reason
 			}
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d/%d\t%d\t%s\t%s\t%d\t%d\t%s\n", np.Name, np.Spec.InstanceType, np.Spec.Provider,
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d/%d\t%d\t%s\t%s\t%d\t%d\t%s\n", np.PoolName(), np.Spec.InstanceType, np.Spec.Provider,
 			np.Status.Replicas, np.Status.DesiredReplicas, np.Status.ReadyReplicas, minS, maxS, np.Status.GPUCapacity, np.Status.GPUAllocated, status)
 	}
 	return tw.Flush()
@@ -299,13 +302,29 @@ func getPool(ctx context.Context, c client.Client, namespace, ref string) (*fkev
 		return nil, err
 	}
 	np := &fkev1.NodePool{}
-	if err := c.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, np); err != nil || np.Spec.ClusterName != clusterName {
-		if err == nil || apierrors.IsNotFound(err) {
+	err = c.Get(ctx, client.ObjectKey{Namespace: namespace, Name: fkev1.NodePoolObjectName(clusterName, name)}, np)
+	if apierrors.IsNotFound(err) {
+		// A pool made before per-cluster names, not renamed yet.
+		if lerr := c.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, np); lerr == nil && np.Legacy() && np.Spec.ClusterName == clusterName {
+			return np, nil
+		}
+	}
+	if err != nil {
+		if apierrors.IsNotFound(err) {
 			return nil, fmt.Errorf("node pool %s not found: list them with `fke nodepool list %s`", ref, clusterName)
 		}
 		return nil, explain(err, "node pool")
 	}
 	return np, nil
+}
+
+// poolRef writes a pool's object name CLUSTER.POOL as users write it, CLUSTER/POOL.
+func poolRef(objectName string) string {
+	c, p, ok := strings.Cut(objectName, ".")
+	if !ok {
+		return objectName
+	}
+	return c + "/" + p
 }
 
 func newNodePoolGetCmd(g *globals) *cobra.Command {
@@ -337,7 +356,7 @@ func newNodePoolGetCmd(g *globals) *cobra.Command {
 				fmt.Fprintf(g.out, "  %s=%s %s: %s\n", cond.Type, cond.Status, cond.Reason, cond.Message)
 			}
 			fmt.Fprintln(g.out)
-			if err := printMachines(cmd.Context(), c, np.Namespace, client.MatchingLabels{fkev1.LabelNodePool: np.Name}, g.out); err != nil {
+			if err := printMachines(cmd.Context(), c, np.Namespace, client.MatchingLabels(np.MachineSelector()), g.out); err != nil {
 				return err
 			}
 			return printEvents(cmd.Context(), c, np.Namespace, "NodePool", np.Name, g.out)

@@ -14,6 +14,7 @@ import (
 
 	fkev1 "fke.dev/fke/api/v1alpha1"
 	"fke.dev/fke/config/crd"
+	"fke.dev/fke/config/policy"
 	"fke.dev/fke/internal/addons"
 	"fke.dev/fke/internal/catalog"
 )
@@ -37,7 +38,29 @@ func installAPI(ctx context.Context, kubeconfig string) error {
 			return err
 		}
 	}
+	if err := installPolicies(ctx, cfg); err != nil {
+		return err
+	}
 	return installCatalog(ctx, cfg)
+}
+
+// installPolicies applies the fke.dev admission policies (server-side
+// apply: a changed policy replaces the installed one).
+func installPolicies(ctx context.Context, cfg *rest.Config) error {
+	objs, err := policy.All()
+	if err != nil {
+		return err
+	}
+	c, err := client.New(cfg, client.Options{})
+	if err != nil {
+		return err
+	}
+	for _, o := range objs {
+		if err := c.Patch(ctx, o, client.Apply, client.FieldOwner("fke"), client.ForceOwnership); err != nil {
+			return fmt.Errorf("applying %s %s: %w", o.GetKind(), o.GetName(), err)
+		}
+	}
+	return nil
 }
 
 // installCatalog creates the default instance types that are missing; it

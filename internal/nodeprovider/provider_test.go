@@ -47,8 +47,8 @@ var h100 = &fkev1.InstanceType{
 
 func nodeSpec(cluster nodeprovider.Cluster, machine string) nodeprovider.NodeSpec {
 	pool := &fkev1.NodePool{
-		ObjectMeta: metav1.ObjectMeta{Name: "gpu", Namespace: "default"},
-		Spec:       fkev1.NodePoolSpec{ClusterName: cluster.Name, InstanceType: h100.Name},
+		ObjectMeta: metav1.ObjectMeta{Name: "demo.gpu", Namespace: "default"},
+		Spec:       fkev1.NodePoolSpec{ClusterName: cluster.Name, PoolName: "gpu", InstanceType: h100.Name},
 	}
 	return nodeprovider.NodeSpec{
 		MachineName:  machine,

@@ -58,7 +58,7 @@ func Build(pool *fkev1.NodePool, it *fkev1.InstanceType, nodeName string) *corev
 	for k, v := range pool.Spec.Labels {
 		labels[k] = v
 	}
-	labels[fkev1.LabelNodePool] = pool.Name
+	labels[fkev1.LabelNodePool] = pool.PoolName()
 	labels[fkev1.LabelCluster] = pool.Spec.ClusterName
 
 	taints := append([]corev1.Taint(nil), pool.Spec.Taints...)

@@ -61,7 +61,7 @@ func TestAutoscalerGPUPool(t *testing.T) {
 		t.Fatalf("GPU pool has %d nodes, want exactly 3", n)
 	}
 	np := &fkev1.NodePool{}
-	if err := e.Client().Get(ctx, client.ObjectKey{Namespace: "default", Name: "gpu"}, np); err != nil {
+	if err := e.Client().Get(ctx, client.ObjectKey{Namespace: "default", Name: "demo.gpu"}, np); err != nil {
 		t.Fatal(err)
 	}
 	if d := np.Status.LastScaleDecision; d == nil || d.To != 3 {
@@ -95,7 +95,7 @@ func TestAutoscalerGPUPool(t *testing.T) {
 		if n := len(poolNodes(t, cs, "gpu")); n != 0 {
 			return fmt.Errorf("%d nodes left", n)
 		}
-		if err := e.Client().Get(ctx, client.ObjectKey{Namespace: "default", Name: "gpu"}, np); err != nil {
+		if err := e.Client().Get(ctx, client.ObjectKey{Namespace: "default", Name: "demo.gpu"}, np); err != nil {
 			return err
 		}
 		if ptr.Deref(np.Spec.Replicas, -1) != 0 {

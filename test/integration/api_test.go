@@ -24,7 +24,7 @@ func TestAPIRejectsBadObjects(t *testing.T) {
 	ctx := context.Background()
 
 	pool := func(mut func(*fkev1.NodePool)) *fkev1.NodePool {
-		np := &fkev1.NodePool{ObjectMeta: meta("gpu"), Spec: fkev1.NodePoolSpec{ClusterName: "demo", InstanceType: "gpu-h100x8", Replicas: ptr.To[int32](1)}}
+		np := &fkev1.NodePool{ObjectMeta: meta("demo.gpu"), Spec: fkev1.NodePoolSpec{ClusterName: "demo", PoolName: "gpu", InstanceType: "gpu-h100x8", Replicas: ptr.To[int32](1)}}
 		mut(np)
 		return np
 	}
@@ -63,7 +63,10 @@ func TestAPIRejectsBadObjects(t *testing.T) {
 			p.Spec.Autoscaling = &fkev1.NodePoolAutoscaling{MinSize: 0, MaxSize: 3}
 		}), "replicas must lie within autoscaling minSize..maxSize"},
 		{"pool without cluster", pool(func(p *fkev1.NodePool) { p.Spec.ClusterName = "" }), "spec.clusterName"},
-		{"pool name with capitals", pool(func(p *fkev1.NodePool) { p.Name = "gpu-" + strings.Repeat("x", 40) }), "node pool name must be a DNS label"},
+		{"pool name too long", pool(func(p *fkev1.NodePool) { p.Spec.PoolName = "gpu-" + strings.Repeat("x", 40) }), "spec.poolName: Too long"},
+		{"pool name with capitals", pool(func(p *fkev1.NodePool) { p.Spec.PoolName = "GPU" }), "poolName must be a DNS label"},
+		{"object name not CLUSTER.POOL", pool(func(p *fkev1.NodePool) { p.Name = "gpu" }), "a node pool is named CLUSTER.POOL"},
+		{"new pool without poolName", pool(func(p *fkev1.NodePool) { p.Name, p.Spec.PoolName = "gpu", "" }), "spec.poolName is required"},
 		{"bad utilization threshold", pool(func(p *fkev1.NodePool) {
 			p.Spec.Autoscaling = &fkev1.NodePoolAutoscaling{MinSize: 0, MaxSize: 3, ScaleDownUtilizationThreshold: "1.5"}
 		}), "scaleDownUtilizationThreshold"},
@@ -97,6 +100,11 @@ func TestAPIRejectsBadObjects(t *testing.T) {
 	np.Spec.ClusterName = "other"
 	if err := c.Patch(ctx, np, client.MergeFrom(before)); err == nil || !strings.Contains(err.Error(), "clusterName is immutable") {
 		t.Fatalf("changing clusterName: want 'clusterName is immutable', got %v", err)
+	}
+	before = np.DeepCopy()
+	np.Spec.PoolName = "other"
+	if err := c.Patch(ctx, np, client.MergeFrom(before)); err == nil || !strings.Contains(err.Error(), "poolName is immutable") {
+		t.Fatalf("changing poolName: want 'poolName is immutable', got %v", err)
 	}
 	m := &fkev1.Machine{ObjectMeta: meta("gpu-abc"), Spec: fkev1.MachineSpec{ClusterName: "demo", NodePoolName: "gpu", InstanceType: "gpu-h100x8", Provider: fkev1.ProviderKwok}}
 	if err := c.Create(ctx, m); err != nil {

@@ -36,7 +36,6 @@ import (
 	"fke.dev/fke/internal/autoscaler"
 	"fke.dev/fke/internal/autoscaler/decide"
 	provreqv1 "fke.dev/fke/internal/autoscaler/provreq/v1"
-	"fke.dev/fke/internal/controller/nodepool"
 	"fke.dev/fke/internal/tenant"
 )
 
@@ -169,9 +168,9 @@ func (r *Reconciler) gather(ctx context.Context, cl *fkev1.Cluster, t *tenant.Te
 	}
 	var pools []*fkev1.NodePool
 	for i := range npl.Items {
-		if np := &npl.Items[i]; np.Spec.ClusterName == cl.Name && np.Spec.Autoscaling != nil {
+		if np := &npl.Items[i]; np.Spec.ClusterName == cl.Name && np.Spec.Autoscaling != nil && !np.Legacy() {
 			pools = append(pools, np)
-			st.nodePools[np.Name] = np
+			st.nodePools[np.PoolName()] = np
 		}
 	}
 	var its fkev1.InstanceTypeList
@@ -202,7 +201,7 @@ func (r *Reconciler) gather(ctx context.Context, cl *fkev1.Cluster, t *tenant.Te
 	}
 	st.pools, _ = autoscaler.BuildPools(pools, itypes, machines, nil, nil)
 	for _, p := range st.pools {
-		st.replicas[p.Name] = nodepool.DesiredReplicas(st.nodePools[p.Name])
+		st.replicas[p.Name] = st.nodePools[p.Name].DesiredReplicas()
 	}
 	st.snapshot = autoscaler.BuildSnapshot(nodes, autoscaler.GroupPods(pods), machines, decide.Limits{
 		MaxNodes: int(cl.Spec.Autoscaling.MaxNodes), MaxGPUs: int(cl.Spec.Autoscaling.MaxGPUs),

@@ -92,7 +92,7 @@ func TestProvisioningRequests(t *testing.T) {
 	})
 	testenv.Eventually(t, 10*time.Second, "scale decision recorded", func() error {
 		np := &fkev1.NodePool{}
-		if err := mgmt.Get(ctx, client.ObjectKey{Namespace: "default", Name: "gpu"}, np); err != nil {
+		if err := mgmt.Get(ctx, client.ObjectKey{Namespace: "default", Name: "demo.gpu"}, np); err != nil {
 			return err
 		}
 		if d := np.Status.LastScaleDecision; d == nil || d.From != 0 || d.To != 2 {
@@ -138,7 +138,7 @@ func TestProvisioningRequests(t *testing.T) {
 		}
 	}
 	np := &fkev1.NodePool{}
-	if err := mgmt.Get(ctx, client.ObjectKey{Namespace: "default", Name: "gpu"}, np); err != nil {
+	if err := mgmt.Get(ctx, client.ObjectKey{Namespace: "default", Name: "demo.gpu"}, np); err != nil {
 		t.Fatal(err)
 	}
 	if d := np.Status.LastScaleDecision; d == nil || d.To != 2 {
@@ -245,7 +245,7 @@ func waitCondition(t *testing.T, c client.Client, passErr <-chan error, name, ty
 func replicas(t *testing.T, c client.Client) int {
 	t.Helper()
 	np := &fkev1.NodePool{}
-	if err := c.Get(context.Background(), client.ObjectKey{Namespace: "default", Name: "gpu"}, np); err != nil {
+	if err := c.Get(context.Background(), client.ObjectKey{Namespace: "default", Name: "demo.gpu"}, np); err != nil {
 		t.Fatal(err)
 	}
 	return int(ptr.Deref(np.Spec.Replicas, 0))

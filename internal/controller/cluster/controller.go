@@ -155,7 +155,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.
 		if err != nil {
 			setAddons(cl, metav1.ConditionFalse, "InstallFailed", err.Error())
 			meta.SetStatusCondition(&cl.Status.Conditions, metav1.Condition{
-				Type: fkev1.ConditionReady, Status: metav1.ConditionFalse, Reason: "AddonsNotReady",
+				Type: fkev1.ConditionReady, Status: metav1.ConditionFalse, Reason: fkev1.ReasonAddonsNotReady,
 				Message: "installing addons failed: " + err.Error(), ObservedGeneration: cl.Generation,
 			})
 			r.Recorder.Eventf(cl, nil, corev1.EventTypeWarning, "AddonsFailed", "Install", "installing addons: %v", err)

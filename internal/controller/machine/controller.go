@@ -27,6 +27,7 @@ import (
 	fkev1 "fke.dev/fke/api/v1alpha1"
 	"fke.dev/fke/internal/nodeprovider"
 	"fke.dev/fke/internal/nodetemplate"
+	"fke.dev/fke/internal/nodeutil"
 	"fke.dev/fke/internal/tenant"
 )
 
@@ -85,7 +86,7 @@ func (r *Reconciler) NodeHandler(_ string, node *corev1.Node) {
 		default: // full: the periodic requeue catches up
 		}
 	}
-	if NodeReady(node) {
+	if nodeutil.NodeReady(node) {
 		send()
 		return
 	}
@@ -172,11 +173,26 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.
 	return r.observe(ctx, m, it, t)
 }
 
+// pool returns the machine's NodePool: CLUSTER.POOL, or a pool made before
+// per-cluster names that the nodepool controller has not renamed yet.
+func (r *Reconciler) pool(ctx context.Context, m *fkev1.Machine) (*fkev1.NodePool, error) {
+	pool := &fkev1.NodePool{}
+	err := r.Client.Get(ctx, client.ObjectKey{Namespace: m.Namespace, Name: m.NodePoolKey()}, pool)
+	if apierrors.IsNotFound(err) {
+		legacy := &fkev1.NodePool{}
+		if lerr := r.Client.Get(ctx, client.ObjectKey{Namespace: m.Namespace, Name: m.Spec.NodePoolName}, legacy); lerr == nil &&
+			legacy.Legacy() && legacy.Spec.ClusterName == m.Spec.ClusterName {
+			return legacy, nil
+		}
+	}
+	return pool, err
+}
+
 // provision asks the provider for the instance; done reports that Reconcile should return res.
 func (r *Reconciler) provision(ctx context.Context, m *fkev1.Machine, cl *fkev1.Cluster, it *fkev1.InstanceType, p nodeprovider.Provider, pc nodeprovider.Cluster) (ctrl.Result, bool) {
-	pool := &fkev1.NodePool{}
-	if err := r.Client.Get(ctx, client.ObjectKey{Namespace: m.Namespace, Name: m.Spec.NodePoolName}, pool); err != nil {
-		return r.fail(m, fkev1.ReasonInvalidSpec, fmt.Sprintf("node pool %s: %v", m.Spec.NodePoolName, err)), true
+	pool, err := r.pool(ctx, m)
+	if err != nil {
+		return r.fail(m, fkev1.ReasonInvalidSpec, fmt.Sprintf("node pool %s of cluster %s: %v", m.Spec.NodePoolName, m.Spec.ClusterName, err)), true
 	}
 	tmpl := nodetemplate.Build(pool, it, m.Name)
 	if tmpl.Annotations == nil {
@@ -187,13 +203,13 @@ func (r *Reconciler) provision(ctx context.Context, m *fkev1.Machine, cl *fkev1.
 	inst, err := p.Create(ctx, pc, nodeprovider.NodeSpec{MachineName: m.Name, InstanceType: it, Template: tmpl})
 	if err != nil {
 		if nodeprovider.IsInsufficientCapacity(err) {
-			setCondition(m, fkev1.ConditionProvisioned, metav1.ConditionFalse, "InsufficientCapacity", err.Error())
+			setCondition(m, fkev1.ConditionProvisioned, metav1.ConditionFalse, fkev1.ReasonInsufficientCapacity, err.Error())
 			m.Status.Phase = fkev1.MachineFailed
-			r.Recorder.Eventf(m, nil, corev1.EventTypeWarning, "InsufficientCapacity", "Provision", "%v", err)
+			r.Recorder.Eventf(m, nil, corev1.EventTypeWarning, fkev1.ReasonInsufficientCapacity, "Provision", "%v", err)
 			return ctrl.Result{}, true
 		}
 		setCondition(m, fkev1.ConditionProvisioned, metav1.ConditionUnknown, fkev1.ReasonInternalError, err.Error())
-		r.Recorder.Eventf(m, nil, corev1.EventTypeWarning, "ProvisionFailed", "Provision", "%v", err)
+		r.Recorder.Eventf(m, nil, corev1.EventTypeWarning, fkev1.ReasonProvisionFailed, "Provision", "%v", err)
 		return ctrl.Result{RequeueAfter: requeueNotReady}, true
 	}
 	m.Status.ProviderID, m.Status.NodeName = inst.ProviderID, inst.NodeName

@@ -8,6 +8,7 @@ import (
 
 	fkev1 "fke.dev/fke/api/v1alpha1"
 	"fke.dev/fke/internal/nodetemplate"
+	"fke.dev/fke/internal/nodeutil"
 )
 
 // Cond is a condition's status, reason and message.
@@ -38,7 +39,7 @@ func Observe(node *corev1.Node, missing bool, wantGPUs int64) NodeState {
 	switch {
 	case missing:
 		st.Registered = Cond{metav1.ConditionFalse, fkev1.ReasonNodeNotFound, "waiting for the node to register"}
-	case !NodeReady(node):
+	case !nodeutil.NodeReady(node):
 		st.Registered = Cond{metav1.ConditionFalse, fkev1.ReasonNodeNotReady, fmt.Sprintf("node %s is not Ready", node.Name)}
 	default:
 		st.Registered = Cond{metav1.ConditionTrue, fkev1.ReasonReady, fmt.Sprintf("node %s is Ready", node.Name)}
@@ -61,12 +62,3 @@ func Observe(node *corev1.Node, missing bool, wantGPUs int64) NodeState {
 	return st
 }
 
-// NodeReady reports whether the Node's Ready condition is True.
-func NodeReady(n *corev1.Node) bool {
-	for _, c := range n.Status.Conditions {
-		if c.Type == corev1.NodeReady {
-			return c.Status == corev1.ConditionTrue
-		}
-	}
-	return false
-}

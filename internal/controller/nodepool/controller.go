@@ -17,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/labels"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/events"
@@ -35,13 +36,9 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	fkev1 "fke.dev/fke/api/v1alpha1"
-	"fke.dev/fke/internal/nodetemplate"
+	"fke.dev/fke/internal/nodeutil"
 	"fke.dev/fke/internal/tenant"
 )
-
-// AnnotationScaleDown marks a Machine the autoscaler chose to remove (the
-// autoscaler package sets it); such machines are removed first.
-const AnnotationScaleDown = "fke.dev/scale-down"
 
 // Reconciler reconciles NodePools.
 type Reconciler struct {
@@ -93,7 +90,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 			if !ok {
 				return client.ObjectKey{}, false
 			}
-			return client.ObjectKey{Namespace: m.Namespace, Name: m.Spec.NodePoolName}, true
+			return client.ObjectKey{Namespace: m.Namespace, Name: m.NodePoolKey()}, true
 		})).
 		WatchesRawSource(source.Channel(r.NodeEvents, enqueueAfter(StatusDelay, func(o client.Object) (client.ObjectKey, bool) {
 			return client.ObjectKeyFromObject(o), true
@@ -140,12 +137,13 @@ func enqueueAfter(delay time.Duration, key func(client.Object) (client.ObjectKey
 // NodeHandler turns a tenant Node change into a reconcile of its pool.
 func (r *Reconciler) NodeHandler(clusterKey string, node *corev1.Node) {
 	pool := node.Labels[fkev1.LabelNodePool]
-	ns, _, err := toolscache.SplitMetaNamespaceKey(clusterKey)
+	ns, clusterName, err := toolscache.SplitMetaNamespaceKey(clusterKey)
 	if pool == "" || err != nil || ns == "" {
 		return
 	}
+	name := fkev1.NodePoolObjectName(clusterName, pool)
 	select {
-	case r.NodeEvents <- event.GenericEvent{Object: &fkev1.NodePool{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: pool}}}:
+	case r.NodeEvents <- event.GenericEvent{Object: &fkev1.NodePool{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}}}:
 	default:
 	}
 }
@@ -155,7 +153,7 @@ func (r *Reconciler) NodeHandler(clusterKey string, node *corev1.Node) {
 func (r *Reconciler) PodHandler(clusterKey string, pod *corev1.Pod) {
 	// Only GPU pods change what the pool reports (GPUs allocated); the
 	// thousands of other pods of a large cluster do not wake the pool up.
-	if pod.Spec.NodeName == "" || !requestsGPU(pod) {
+	if pod.Spec.NodeName == "" || !nodeutil.RequestsGPU(pod) {
 		return
 	}
 	t, err := r.Tenants.Get(context.Background(), clusterKey)
@@ -185,6 +183,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.
 	if !np.DeletionTimestamp.IsZero() {
 		return r.finalize(ctx, np, machines)
 	}
+	if np.Legacy() {
+		return ctrl.Result{}, r.rename(ctx, np, machines)
+	}
 	if controllerutil.AddFinalizer(np, fkev1.NodePoolFinalizer) {
 		if err := r.Client.Update(ctx, np); err != nil {
 			return ctrl.Result{}, fmt.Errorf("adding finalizer: %w", err)
@@ -201,9 +202,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.
 		}
 	}()
 
-	desired := DesiredReplicas(np)
+	desired := np.DesiredReplicas()
 	np.Status.DesiredReplicas = int32(desired)
-	np.Status.Selector = fkev1.LabelNodePool + "=" + np.Name
+	np.Status.Selector = labels.SelectorFromSet(np.MachineSelector()).String()
 
 	cl := &fkev1.Cluster{}
 	if err := r.Client.Get(ctx, client.ObjectKey{Namespace: np.Namespace, Name: np.Spec.ClusterName}, cl); err != nil {
@@ -247,7 +248,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.
 		members = append(members, Member{
 			Name: m.Name, Ready: meta.IsStatusConditionTrue(m.Status.Conditions, fkev1.ConditionReady),
 			Outdated: m.Spec.TemplateHash != hash, Pods: u.pods, Utilization: u.utilization,
-			CreatedUnix: m.CreationTimestamp.Unix(), Marked: m.Annotations[AnnotationScaleDown] == "true",
+			CreatedUnix: m.CreationTimestamp.Unix(), Marked: m.Annotations[fkev1.AnnotationScaleDown] == "true",
 		})
 	}
 	plan := Decide(desired, members, np.Spec.Upgrade.MaxSurge, np.Spec.Upgrade.MaxUnavailable)
@@ -271,15 +272,15 @@ func (r *Reconciler) apply(ctx context.Context, np *fkev1.NodePool, hash string,
 			m := &fkev1.Machine{
 				ObjectMeta: metav1.ObjectMeta{
 					Namespace:       np.Namespace,
-					GenerateName:    np.Name + "-",
-					Labels:          map[string]string{fkev1.LabelNodePool: np.Name, fkev1.LabelCluster: np.Spec.ClusterName},
+					GenerateName:    np.Spec.ClusterName + "-" + np.PoolName() + "-",
+					Labels:          np.MachineSelector(),
 					OwnerReferences: []metav1.OwnerReference{*metav1.NewControllerRef(np, fkev1.GroupVersion.WithKind("NodePool"))},
 					// Born with the machine controller's finalizer: one write
 					// (and one watch event) less per machine.
 					Finalizers: []string{fkev1.MachineFinalizer},
 				},
 				Spec: fkev1.MachineSpec{
-					ClusterName: np.Spec.ClusterName, NodePoolName: np.Name, InstanceType: np.Spec.InstanceType,
+					ClusterName: np.Spec.ClusterName, NodePoolName: np.PoolName(), InstanceType: np.Spec.InstanceType,
 					Provider: np.Spec.Provider, TemplateHash: hash,
 				},
 			}
@@ -339,7 +340,7 @@ func (r *Reconciler) machines(ctx context.Context, np *fkev1.NodePool) ([]*fkev1
 	// machines and is reconciled on each of their changes): only read, and
 	// deleted by name.
 	var list fkev1.MachineList
-	if err := r.Client.List(ctx, &list, client.InNamespace(np.Namespace), client.MatchingLabels{fkev1.LabelNodePool: np.Name}, client.UnsafeDisableDeepCopy); err != nil {
+	if err := r.Client.List(ctx, &list, client.InNamespace(np.Namespace), client.MatchingLabels(np.MachineSelector()), client.UnsafeDisableDeepCopy); err != nil {
 		return nil, fmt.Errorf("listing machines: %w", err)
 	}
 	out := make([]*fkev1.Machine, 0, len(list.Items))
@@ -350,17 +351,6 @@ func (r *Reconciler) machines(ctx context.Context, np *fkev1.NodePool) ([]*fkev1
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	return out, nil
-}
-
-// DesiredReplicas is spec.replicas, or the autoscaling minimum when unset.
-func DesiredReplicas(np *fkev1.NodePool) int {
-	if np.Spec.Replicas != nil {
-		return int(*np.Spec.Replicas)
-	}
-	if np.Spec.Autoscaling != nil {
-		return int(np.Spec.Autoscaling.MinSize)
-	}
-	return 0
 }
 
 // TemplateHash identifies what a pool's nodes are made from; machines with
@@ -382,14 +372,3 @@ func setCondition(np *fkev1.NodePool, s metav1.ConditionStatus, reason, msg stri
 	})
 }
 
-func requestsGPU(p *corev1.Pod) bool {
-	for _, c := range p.Spec.Containers {
-		if _, ok := c.Resources.Limits[nodetemplate.ResourceGPU]; ok {
-			return true
-		}
-		if _, ok := c.Resources.Requests[nodetemplate.ResourceGPU]; ok {
-			return true
-		}
-	}
-	return false
-}

@@ -82,8 +82,8 @@ func upTenant(t *testing.T) tenant {
 
 func gpuNodeSpec(clusterName, machine string) nodeprovider.NodeSpec {
 	pool := &fkev1.NodePool{
-		ObjectMeta: metav1.ObjectMeta{Name: "gpu", Namespace: "default"},
-		Spec:       fkev1.NodePoolSpec{ClusterName: clusterName, InstanceType: h100x8.Name},
+		ObjectMeta: metav1.ObjectMeta{Name: "demo.gpu", Namespace: "default"},
+		Spec:       fkev1.NodePoolSpec{ClusterName: clusterName, PoolName: "gpu", InstanceType: h100x8.Name},
 	}
 	return nodeprovider.NodeSpec{
 		MachineName:  machine,
