@@ -176,6 +176,7 @@ func (r *recovery) floors() {
 		r.floor[caseDaemon] = append(r.floor[caseDaemon], sinceReady(r.b, start, r.tenantReady))
 	}
 	r.e.MustRun("down")
+	r.noneLeft()
 
 	r.floor[caseTenantEtcd] = r.byHand(tenantEtcd, tenantEtcdReady)
 	r.floor[caseManagementEtcd] = r.byHand(mgmtEtcd, mgmtEtcdReady)
@@ -216,16 +217,32 @@ func (r *recovery) start(args []string) *exec.Cmd {
 	return cmd
 }
 
-// stop kills the process group of cmd (the manager's tenant processes too)
-// and waits until every process of fke's data directory is gone.
+// stop kills the process group of cmd and waits until no process of the
+// benchmark's data directory runs (the tenant processes of a manager started
+// by hand die with it, by Pdeathsig; any left are this benchmark's and are
+// killed too).
 func (r *recovery) stop(cmd *exec.Cmd) {
 	_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) // the group may be gone already
 	_ = cmd.Wait()                                      // killed: the exit status says so
+	r.noneLeft()
+}
+
+// noneLeft waits until no process of the data directory runs, killing
+// those still there after 10 s.
+func (r *recovery) noneLeft() {
+	deadline := time.Now().Add(10 * time.Second)
 	until(r.b, time.Minute, "processes gone", func() error {
-		if left := testenv.FindProcs(r.e.DataDir); len(left) > 0 {
-			return fmt.Errorf("%d left", len(left))
+		left := testenv.FindProcs(r.e.DataDir)
+		if len(left) == 0 {
+			return nil
 		}
-		return nil
+		if time.Now().After(deadline) {
+			for _, p := range left {
+				r.b.Logf("killing leftover %d: %s", p.PID, strings.Join(p.Args, " "))
+				_ = syscall.Kill(p.PID, syscall.SIGKILL) // it may have exited meanwhile
+			}
+		}
+		return fmt.Errorf("%d left: %v", len(left), left)
 	})
 }
 
