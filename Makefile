@@ -13,11 +13,11 @@ help: ## list the targets
 
 all: build binaries ## build fke and the upstream binaries
 
-build: ## build fke, fke-manager and fke-gpu-agent into _output/bin
+build: ## build fke, fke-manager, fke-gpu-agent, fke-pause and fke-demo-server into _output/bin
 	@mkdir -p $(BIN)
 	$(GO) build -o $(BIN)/ ./cmd/...
 
-binaries: ## build kube-apiserver, kube-controller-manager, kube-scheduler, kubelet, kubectl, kube-proxy, etcd and kwok into _output/bin (skips current ones)
+binaries: ## build kube-apiserver, kube-controller-manager, kube-scheduler, kubelet, kubectl, kube-proxy, etcd, kwok, registry, coredns and kueue (for its e2e test) into _output/bin (skips current ones)
 	@hack/k8s/build.sh $(BIN)
 
 $(CONTROLLER_GEN): hack/tools/go.mod hack/tools/go.sum

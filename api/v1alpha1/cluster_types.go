@@ -19,8 +19,14 @@ const (
 // ClusterSpec is the desired state of a tenant Kubernetes cluster.
 type ClusterSpec struct {
 	// Version is the Kubernetes version of the control plane, e.g. v1.37.2.
+	// Only the versions this fke runs are accepted (`fke versions`, checked by
+	// fke-manager's admission webhook). A change may move one minor version
+	// forward at most and never back.
 	// +kubebuilder:default="v1.37.2"
 	// +kubebuilder:validation:Pattern=`^v1\.[0-9]+\.[0-9]+$`
+	// +kubebuilder:validation:MaxLength=32
+	// +kubebuilder:validation:XValidation:rule="!isSemver(oldSelf, true) || !isSemver(self, true) || semver(self, true).compareTo(semver(oldSelf, true)) >= 0",messageExpression="'cannot change version from ' + oldSelf + ' back to ' + self + ': downgrades are not supported; keep ' + oldSelf + ' or choose a newer version'"
+	// +kubebuilder:validation:XValidation:rule="!isSemver(oldSelf, true) || !isSemver(self, true) || (semver(self, true).major() == semver(oldSelf, true).major() && semver(self, true).minor() <= semver(oldSelf, true).minor() + 1)",messageExpression="'cannot upgrade from ' + oldSelf + ' to ' + self + ': upgrade one minor version at a time'"
 	// +optional
 	Version string `json:"version,omitempty"`
 
@@ -30,7 +36,7 @@ type ClusterSpec struct {
 	// +optional
 	Runtime ControlPlaneRuntime `json:"runtime,omitempty"`
 
-	// Network holds the cluster's address ranges. Immutable.
+	// Network holds the cluster's address ranges. Immutable once set.
 	// +kubebuilder:default={}
 	// +optional
 	Network ClusterNetwork `json:"network,omitempty"`
@@ -45,12 +51,16 @@ type ClusterSpec struct {
 	Autoscaling ClusterAutoscaling `json:"autoscaling,omitempty"`
 }
 
-// ClusterNetwork holds the address ranges of a cluster.
-// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="network is immutable"
+// ClusterNetwork holds the address ranges of a cluster. Pod and Service
+// ranges must not overlap; the admission webhook also checks that the pod
+// range holds a /24 for every node the cluster's pools may reach.
+// +kubebuilder:validation:XValidation:rule="!has(oldSelf.podCIDR) || (has(self.podCIDR) && self.podCIDR == oldSelf.podCIDR)",message="podCIDR is immutable once set"
+// +kubebuilder:validation:XValidation:rule="!has(oldSelf.serviceCIDR) || (has(self.serviceCIDR) && self.serviceCIDR == oldSelf.serviceCIDR)",message="serviceCIDR is immutable"
+// +kubebuilder:validation:XValidation:rule="!has(self.podCIDR) || !has(self.serviceCIDR) || !isCIDR(self.podCIDR) || !isCIDR(self.serviceCIDR) || !(cidr(self.podCIDR).containsCIDR(self.serviceCIDR) || cidr(self.serviceCIDR).containsCIDR(self.podCIDR))",messageExpression="'podCIDR ' + self.podCIDR + ' and serviceCIDR ' + self.serviceCIDR + ' overlap: pods and Services need separate ranges, such as podCIDR 10.112.0.0/12 and serviceCIDR 10.96.0.0/16'"
 type ClusterNetwork struct {
-	// PodCIDR is the range pod IPs are taken from; each node gets a /24 of it
-	// (the default /12 leaves room for 4,096 nodes).
-	// +kubebuilder:default="10.112.0.0/12"
+	// PodCIDR is the range pod IPs are taken from; each node gets a /24 of it.
+	// When empty, fke picks a /14 (1,024 nodes) that overlaps no route of
+	// the host and no other cluster's ranges, and records it here. Set once.
 	// +kubebuilder:validation:XValidation:rule="isCIDR(self) && cidr(self).ip().family() == 4 && cidr(self).prefixLength() <= 20",message="podCIDR must be an IPv4 CIDR of /20 or larger, such as 10.112.0.0/12"
 	// +kubebuilder:validation:MaxLength=43
 	// +optional

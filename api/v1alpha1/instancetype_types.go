@@ -7,9 +7,11 @@ import (
 
 // InstanceTypeSpec is the shape and price of a node.
 type InstanceTypeSpec struct {
-	// CPU is the node's allocatable CPU.
+	// CPU is the node's allocatable CPU; greater than zero.
+	// +kubebuilder:validation:XValidation:rule="!isQuantity(string(self)) || quantity(string(self)).isGreaterThan(quantity('0'))",messageExpression="'cpu must be greater than zero, such as 4 or 500m (got ' + string(self) + ')'"
 	CPU resource.Quantity `json:"cpu"`
-	// Memory is the node's allocatable memory.
+	// Memory is the node's allocatable memory; greater than zero.
+	// +kubebuilder:validation:XValidation:rule="!isQuantity(string(self)) || quantity(string(self)).isGreaterThan(quantity('0'))",messageExpression="'memory must be greater than zero, such as 16Gi (got ' + string(self) + ')'"
 	Memory resource.Quantity `json:"memory"`
 	// Pods is the most pods the node runs.
 	// +kubebuilder:default=110
@@ -18,13 +20,15 @@ type InstanceTypeSpec struct {
 	Pods int32 `json:"pods,omitempty"`
 	// EphemeralStorage is the node's allocatable ephemeral storage.
 	// +kubebuilder:default="100Gi"
+	// +kubebuilder:validation:XValidation:rule="!isQuantity(string(self)) || quantity(string(self)).isGreaterThan(quantity('0'))",messageExpression="'ephemeralStorage must be greater than zero, such as 100Gi (got ' + string(self) + ')'"
 	// +optional
 	EphemeralStorage resource.Quantity `json:"ephemeralStorage,omitempty"`
 	// GPU describes the node's accelerators; absent for CPU-only types.
 	// +optional
 	GPU *InstanceGPU `json:"gpu,omitempty"`
-	// PricePerHour is the hourly price as a decimal string, e.g. "2.50".
-	// +kubebuilder:validation:Pattern=`^[0-9]+(\.[0-9]+)?$`
+	// PricePerHour is the hourly price as a decimal string, e.g. "2.50"; never negative.
+	// +kubebuilder:validation:MaxLength=32
+	// +kubebuilder:validation:XValidation:rule="self.matches('^[0-9]+([.][0-9]+)?$')",messageExpression="'pricePerHour must be a non-negative decimal such as 2.50 (got ' + self + ')'"
 	// +optional
 	PricePerHour string `json:"pricePerHour,omitempty"`
 	// Zone is the topology zone the nodes are placed in.
@@ -55,8 +59,13 @@ type InstanceGPU struct {
 	// +kubebuilder:validation:Pattern=`^[0-9]+\.[0-9]+$`
 	// +optional
 	ComputeCapability string `json:"computeCapability,omitempty"`
-	// MIGProfiles lists the MIG profiles the GPU supports, e.g. 1g.10gb.
+	// MIGProfiles lists the MIG profiles the GPU supports, written as NVIDIA
+	// names them: [<c>c.]<g>g.<memory>gb[+<attribute>], e.g. 1g.10gb, 3g.40gb,
+	// 1c.3g.40gb or 1g.10gb+me (1 to 7 slices).
 	// +listType=set
+	// +kubebuilder:validation:MaxItems=32
+	// +kubebuilder:validation:items:MaxLength=32
+	// +kubebuilder:validation:XValidation:rule="self.all(p, p.matches('^([1-7]c[.])?[1-7]g[.][1-9][0-9]*gb([+][a-z]+)?$'))",messageExpression="'MIG profile ' + self.filter(p, !p.matches('^([1-7]c[.])?[1-7]g[.][1-9][0-9]*gb([+][a-z]+)?$'))[0] + ' is not well formed: write <slices>g.<memory>gb as NVIDIA names them, e.g. 1g.10gb, 3g.40gb or 1g.10gb+me'"
 	// +optional
 	MIGProfiles []string `json:"migProfiles,omitempty"`
 }

@@ -61,12 +61,30 @@ type NodePoolSpec struct {
 	// +optional
 	Autoscaling *NodePoolAutoscaling `json:"autoscaling,omitempty"`
 
-	// Labels are added to every node of the pool.
+	// Labels are added to every node of the pool: Kubernetes label keys and
+	// values. Keys under kubernetes.io/, k8s.io/ and fke.dev/ (and their
+	// subdomains, such as node.kubernetes.io/) are set by Kubernetes and fke
+	// and refused, except node-restriction.kubernetes.io/, the prefix
+	// Kubernetes keeps for labels an administrator sets on nodes, and
+	// topology.kubernetes.io/zone and /region, which place a pool. The schema
+	// checks keys and value lengths; fke-manager's admission webhook checks
+	// the values' characters (too costly for CEL).
+	// +kubebuilder:validation:MaxProperties=64
+	// +kubebuilder:validation:XValidation:rule="self.all(k, !format.qualifiedName().validate(k).hasValue())",messageExpression="'label key ' + self.filter(k, format.qualifiedName().validate(k).hasValue())[0] + ' is not a valid Kubernetes label key: write [prefix/]name, a DNS subdomain prefix of at most 253 characters and a name of at most 63 alphanumerics, -, _ or ., starting and ending with an alphanumeric'"
+	// +kubebuilder:validation:XValidation:rule="self.all(k, !k.matches('^([a-z0-9.-]*[.])?(kubernetes[.]io|k8s[.]io|fke[.]dev)/') || k.startsWith('node-restriction.kubernetes.io/') || k in ['topology.kubernetes.io/zone', 'topology.kubernetes.io/region'])",messageExpression="'label key ' + self.filter(k, k.matches('^([a-z0-9.-]*[.])?(kubernetes[.]io|k8s[.]io|fke[.]dev)/') && !k.startsWith('node-restriction.kubernetes.io/') && !(k in ['topology.kubernetes.io/zone', 'topology.kubernetes.io/region']))[0] + ' uses a prefix reserved for Kubernetes and fke (kubernetes.io, k8s.io, fke.dev and their subdomains): use a prefix of your own, such as example.com/, or node-restriction.kubernetes.io/ (topology.kubernetes.io/zone and /region are allowed too)'"
+	// +kubebuilder:validation:XValidation:rule="self.all(k, self[k].size() <= 63)",messageExpression="'label ' + self.filter(k, self[k].size() > 63)[0] + ': a label value must be at most 63 characters'"
 	// +optional
 	Labels map[string]string `json:"labels,omitempty"`
 
-	// Taints are added to every node of the pool.
+	// Taints are added to every node of the pool: keys follow the rules of
+	// label keys (reserved prefixes included), values those of label values,
+	// effects are NoSchedule, PreferNoSchedule or NoExecute, and a key and
+	// effect appear once. The schema checks lengths and effects; fke-manager's
+	// admission webhook checks the rest (too costly for CEL).
 	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=32
+	// +kubebuilder:validation:XValidation:rule="self.all(t, t.effect in ['NoSchedule', 'PreferNoSchedule', 'NoExecute'])",message="a taint effect must be NoSchedule, PreferNoSchedule or NoExecute"
+	// +kubebuilder:validation:XValidation:rule="self.all(t, t.key.size() <= 317 && (!has(t.value) || t.value.size() <= 63))",message="a taint key must be at most 317 characters (253 of prefix, '/', 63 of name) and a taint value at most 63"
 	// +optional
 	Taints []corev1.Taint `json:"taints,omitempty"`
 

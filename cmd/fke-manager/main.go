@@ -24,6 +24,10 @@ func main() {
 	flag.StringVar(&binDir, "bin-dir", os.Getenv(binaries.EnvDir), "directory of the upstream binaries")
 	flag.StringVar(&opts.HealthAddr, "health-addr", ":8081", "address of /healthz and /readyz")
 	flag.StringVar(&opts.MetricsAddr, "metrics-addr", ":8080", "address of /metrics (0 disables)")
+	flag.IntVar(&opts.Webhook.Port, "webhook-port", 0, "port of the admission webhook on 127.0.0.1, which the management API server must reach (0 disables it)")
+	flag.StringVar(&opts.Webhook.CertDir, "webhook-cert-dir", "", "directory of the webhook's CA and serving certificate (default <data-dir>/webhook-pki)")
+	flag.StringVar(&opts.NodeAddress, "node-address", "", "host address nodes reach tenant API servers at (empty: loopback only)")
+	flag.StringVar(&opts.Registry, "registry", "", "loopback address of fke's OCI registry (host:port)")
 	flag.Parse()
 	opts.Binaries = binaries.Finder{Dir: binDir}
 	opts.Logger = slog.New(slog.NewJSONHandler(os.Stderr, nil))

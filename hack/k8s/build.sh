@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # Builds the upstream components fke runs into _output/bin:
 #   kube-apiserver, kube-controller-manager, kube-scheduler, kubelet (k8s.io/kubernetes),
-#   etcd (go.etcd.io/etcd/server/v3) and kwok (sigs.k8s.io/kwok).
+#   etcd (go.etcd.io/etcd/server/v3), kwok (sigs.k8s.io/kwok), the OCI registry
+#   (github.com/distribution/distribution/v3), coredns (github.com/coredns/coredns)
+#   and, for the end-to-end test of Kueue's ProvisioningRequest admission check,
+#   kueue (sigs.k8s.io/kueue/cmd/kueue).
 # Versions are pinned by the go.mod files beside this script. A binary is rebuilt
 # only when its pinned version, the Go toolchain or the build flags changed: a stamp
 # file next to each binary records what it was built from.
@@ -36,6 +39,9 @@ all=(
   "kubectl|.|k8s.io/kubernetes/cmd/kubectl"
   "kube-proxy|.|k8s.io/kubernetes/cmd/kube-proxy"
   "kwok|kwok|sigs.k8s.io/kwok/cmd/kwok"
+  "registry|registry|github.com/distribution/distribution/v3/cmd/registry"
+  "coredns|coredns|github.com/coredns/coredns"
+  "kueue|kueue|sigs.k8s.io/kueue/cmd/kueue"
 )
 
 want=("$@")
@@ -84,7 +90,7 @@ for entry in "${selected[@]}"; do
   echo "[$i/$total] $name: building $pkg (this can take several minutes on an empty cache)"
   t0=$SECONDS
   flags=(-trimpath -ldflags "$ldflags")
-  [ "$name" = kwok ] || [ "$name" = etcd ] && flags=(-trimpath -ldflags "-s -w")
+  case $name in kwok | etcd | registry | coredns | kueue) flags=(-trimpath -ldflags "-s -w") ;; esac
   (cd "$moddir" && CGO_ENABLED=0 go build "${flags[@]}" -o "$out/$name.tmp" "$pkg")
   mv "$out/$name.tmp" "$out/$name"
   echo "$stamp" >"$out/.$name.stamp"

@@ -293,6 +293,11 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	} else if upcoming {
 		requeue = min(requeue, 2*time.Second)
 	}
+	if !plan.RecheckAt.IsZero() {
+		// Pods wait for room that terminating pods free: once the first of
+		// those is past its deadline, its room counts as used again.
+		requeue = min(requeue, max(plan.RecheckAt.Sub(now), 0)+50*time.Millisecond)
+	}
 	took := r.Clock.Since(start)
 	loopDuration.WithLabelValues(key).Observe(took.Seconds())
 	if took > SlowPass {
@@ -375,13 +380,18 @@ func (r *Reconciler) gather(ctx context.Context, cl *fkev1.Cluster) (*input, err
 func (r *Reconciler) applyScaleUp(ctx context.Context, cl *fkev1.Cluster, t *tenant.Tenant, plan decide.ScaleUpPlan, views map[string]*poolView, st *clusterState, starting map[string]bool, now time.Time) {
 	key := client.ObjectKeyFromObject(cl).String()
 	decided := r.Clock.Now()
-	// A pod that fits a machine already coming up, or a node that is Ready
-	// but not yet untainted (starting), was helped by an earlier decision:
-	// say what it waits for (Karpenter's "Nominated"). A pod that fits a
-	// usable node needs nothing: kube-scheduler will place it.
+	// A pod that fits a machine already coming up, a node that is Ready
+	// but not yet untainted (starting), or room that pods terminating on a
+	// node will free, was helped by an earlier decision or waits for that
+	// room: say what it waits for (Karpenter's "Nominated"). A pod that fits
+	// a usable node needs nothing: kube-scheduler will place it.
 	for _, pl := range plan.Schedulable {
 		var msg string
 		switch {
+		case pl.AwaitsTermination && pl.Pool != "":
+			msg = fmt.Sprintf("pod fits node %s of pool %s once the pods terminating there are gone", pl.Node, pl.Pool)
+		case pl.AwaitsTermination:
+			msg = fmt.Sprintf("pod fits node %s once the pods terminating there are gone", pl.Node)
 		case pl.Upcoming:
 			msg = fmt.Sprintf("pod fits a node of pool %s that is coming up", pl.Pool)
 		case starting[pl.Node] && pl.Pool != "":

@@ -11,8 +11,8 @@ import (
 
 	fkev1 "fke.dev/fke/api/v1alpha1"
 	"fke.dev/fke/internal/autoscaler/decide"
-	"fke.dev/fke/internal/nodeutil"
 	"fke.dev/fke/internal/nodetemplate"
+	"fke.dev/fke/internal/nodeutil"
 )
 
 // poolView couples a decide.Pool with the objects it came from.

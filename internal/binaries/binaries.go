@@ -22,6 +22,17 @@ const (
 	KubeScheduler         = "kube-scheduler"
 	Kubelet               = "kubelet"
 	Kwok                  = "kwok"
+	// Registry is the OCI registry (distribution/distribution) `fke up` runs.
+	Registry = "registry"
+	// CoreDNS is packed into the cluster-DNS image of clusters with local nodes.
+	CoreDNS = "coredns"
+)
+
+// Names of fke's own binaries that go into images (built by `make build`).
+const (
+	Pause      = "fke-pause"
+	DemoServer = "fke-demo-server"
+	GPUAgent   = "fke-gpu-agent"
 )
 
 // MissingError says which binary was not found and where fke looked.

@@ -54,6 +54,8 @@ func newClusterCreateCmd(g *globals) *cobra.Command {
 		timeout  time.Duration
 		pools    []string
 		expander string
+
+		podCIDR, serviceCIDR string
 	)
 	cmd := &cobra.Command{
 		Use:   "create NAME [--nodepool name=gpu,type=gpu-h100x8,replicas=2]",
@@ -89,7 +91,11 @@ func newClusterCreateCmd(g *globals) *cobra.Command {
 			}
 			cl := &fkev1.Cluster{
 				ObjectMeta: metav1.ObjectMeta{Namespace: g.namespace, Name: name},
-				Spec:       fkev1.ClusterSpec{Version: version, Autoscaling: fkev1.ClusterAutoscaling{Expander: fkev1.Expander(expander)}},
+				Spec: fkev1.ClusterSpec{
+					Version:     version,
+					Network:     fkev1.ClusterNetwork{PodCIDR: podCIDR, ServiceCIDR: serviceCIDR},
+					Autoscaling: fkev1.ClusterAutoscaling{Expander: fkev1.Expander(expander)},
+				},
 			}
 			if err := c.Create(cmd.Context(), cl); err != nil {
 				return explainCluster(err, name)
@@ -119,6 +125,8 @@ func newClusterCreateCmd(g *globals) *cobra.Command {
 	cmd.Flags().StringVar(&expander, "expander", string(fkev1.ExpanderLeastWaste), "node autoscaler expander: least-waste, price, priority or random")
 	cmd.Flags().StringArrayVar(&pools, "nodepool", nil, "add a node pool: name=N,type=T,replicas=R or name=N,type=T,min=A,max=B (repeatable)")
 	cmd.Flags().DurationVar(&timeout, "timeout", 5*time.Minute, "how long --wait waits")
+	cmd.Flags().StringVar(&podCIDR, "pod-cidr", "", "pod range, /20 or larger (default: a free /14 that overlaps no host route or other cluster)")
+	cmd.Flags().StringVar(&serviceCIDR, "service-cidr", "", "Service range, /12 or smaller (default 10.96.0.0/16)")
 	return cmd
 }
 

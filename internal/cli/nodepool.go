@@ -77,6 +77,8 @@ func buildPool(namespace, clusterName, name string, o poolOptions, replicasSet, 
 		return nil, fmt.Errorf("use either --replicas or --min/--max (autoscaling), not both")
 	case minSet != maxSet:
 		return nil, fmt.Errorf("autoscaling needs both --min and --max")
+	case o.unneededTime < 0:
+		return nil, fmt.Errorf("the scale-down unneeded time must not be negative (got %s)", o.unneededTime)
 	case minSet:
 		if o.min < 0 || o.max < 0 {
 			return nil, fmt.Errorf("--min and --max must not be negative")
@@ -98,9 +100,9 @@ func buildPool(namespace, clusterName, name string, o poolOptions, replicasSet, 
 	if len(o.labels) > 0 {
 		np.Spec.Labels = map[string]string{}
 		for _, kv := range o.labels {
-			k, v, ok := strings.Cut(kv, "=")
-			if !ok || k == "" {
-				return nil, fmt.Errorf("label %q must be KEY=VALUE", kv)
+			k, v, err := parseLabel(kv)
+			if err != nil {
+				return nil, err
 			}
 			np.Spec.Labels[k] = v
 		}
@@ -113,6 +115,16 @@ func buildPool(namespace, clusterName, name string, o poolOptions, replicasSet, 
 		np.Spec.Taints = append(np.Spec.Taints, t)
 	}
 	return np, nil
+}
+
+// parseLabel parses KEY=VALUE (the value may be empty or hold '='). The API
+// server checks that the key and value are valid Kubernetes labels.
+func parseLabel(kv string) (key, value string, err error) {
+	key, value, ok := strings.Cut(kv, "=")
+	if !ok || key == "" {
+		return "", "", fmt.Errorf("label %q must be KEY=VALUE", kv)
+	}
+	return key, value, nil
 }
 
 // parseTaint parses KEY[=VALUE]:EFFECT as kubectl taint does.

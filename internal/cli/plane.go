@@ -95,7 +95,12 @@ func newStatusCmd(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			fmt.Fprintf(g.out, "fke %s (pid %d) in %s\nAPI:        %s\nKubeconfig: %s\n\n", st.Phase, st.PID, g.dataDir, st.Endpoint, st.Kubeconfig)
+			fmt.Fprintf(g.out, "fke %s (pid %d) in %s\nAPI:        %s\nKubeconfig: %s\n", st.Phase, st.PID, g.dataDir, st.Endpoint, st.Kubeconfig)
+			if st.Registry != "" {
+				fmt.Fprintf(g.out, "Registry:   %s\n\n", st.Registry)
+			} else {
+				fmt.Fprintf(g.out, "Registry:   not running (%s)\n\n", st.RegistryError)
+			}
 			tw := tabwriter.NewWriter(g.out, 0, 4, 2, ' ', 0)
 			fmt.Fprintln(tw, "COMPONENT\tPID\tREADY\tRESTARTS")
 			for _, c := range st.Components {
@@ -127,7 +132,8 @@ func newDaemonCmd(g *globals) *cobra.Command {
 
 // newManagerCmd runs fke-manager (the daemon starts it).
 func newManagerCmd(g *globals) *cobra.Command {
-	var kubeconfig, healthAddr, metricsAddr string
+	var kubeconfig, healthAddr, metricsAddr, nodeAddress, registry string
+	var hook manager.WebhookOptions
 	cmd := &cobra.Command{
 		Use:    "manager",
 		Short:  "Run fke-manager (the controllers) against a management API",
@@ -136,13 +142,18 @@ func newManagerCmd(g *globals) *cobra.Command {
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return manager.Run(cmd.Context(), manager.Options{
 				Kubeconfig: kubeconfig, DataDir: g.dataDir, Binaries: g.finder(),
-				HealthAddr: healthAddr, MetricsAddr: metricsAddr, Logger: newLogger(g.errOut),
+				HealthAddr: healthAddr, MetricsAddr: metricsAddr, Webhook: hook, NodeAddress: nodeAddress, Registry: registry,
+				Logger: newLogger(g.errOut),
 			})
 		},
 	}
 	cmd.Flags().StringVar(&kubeconfig, "kubeconfig", "", "kubeconfig of the management API")
 	cmd.Flags().StringVar(&healthAddr, "health-addr", "127.0.0.1:0", "address of /healthz and /readyz")
 	cmd.Flags().StringVar(&metricsAddr, "metrics-addr", "0", "address of /metrics (0 disables)")
+	cmd.Flags().IntVar(&hook.Port, "webhook-port", 0, "port of the admission webhook on 127.0.0.1 (0 disables it)")
+	cmd.Flags().StringVar(&hook.CertDir, "webhook-cert-dir", "", "directory of the webhook's CA and serving certificate (default <data-dir>/webhook-pki)")
+	cmd.Flags().StringVar(&nodeAddress, "node-address", "", "host address nodes reach tenant API servers at (empty: loopback only)")
+	cmd.Flags().StringVar(&registry, "registry", "", "loopback address of fke's OCI registry (host:port)")
 	_ = cmd.MarkFlagRequired("kubeconfig")
 	return cmd
 }

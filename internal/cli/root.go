@@ -55,8 +55,8 @@ func NewRoot() *cobra.Command {
 	root.PersistentFlags().StringVarP(&g.namespace, "namespace", "n", "default", "management namespace of clusters and node pools")
 	root.AddCommand(
 		newUpCmd(g), newDownCmd(g), newStatusCmd(g),
-		newClusterCmd(g), newKubeconfigCmd(g), newNodePoolCmd(g), newInstanceTypesCmd(g),
-		newDaemonCmd(g), newManagerCmd(g),
+		newClusterCmd(g), newKubeconfigCmd(g), newNodePoolCmd(g), newInstanceTypesCmd(g), newVersionsCmd(g),
+		newImageCmd(g), newDaemonCmd(g), newManagerCmd(g),
 	)
 	return root
 }

@@ -4,6 +4,7 @@ package controlplane
 
 import (
 	"context"
+	"fmt"
 	"net"
 
 	"fke.dev/fke/internal/pki"
@@ -26,6 +27,14 @@ type Spec struct {
 	PodCIDR, ServiceCIDR string
 	// PKI holds every certificate and key (see pki.EnsureBundle).
 	PKI pki.Bundle
+	// NodeAddress is the address at which nodes reach the API server (for
+	// local nodes, the host bridge's 172.29.0.1, forwarded to loopback).
+	// When set, the API server advertises it and its endpoint reconciler
+	// keeps the kubernetes Service pointing at NodeAddress:<API server
+	// port>; its serving certificate must cover it (APIServerIPs). Empty:
+	// the API server is reachable on loopback only and the reconciler is
+	// off.
+	NodeAddress string
 }
 
 // Component names, in start order.
@@ -100,8 +109,9 @@ type Runtime interface {
 }
 
 // APIServerIPs returns the addresses the API server's certificate must cover
-// for a service CIDR: loopback and the first service IP (the kubernetes Service).
-func APIServerIPs(serviceCIDR string) ([]net.IP, error) {
+// for a service CIDR: loopback, the first service IP (the kubernetes
+// Service) and, when not empty, the node address (see Spec.NodeAddress).
+func APIServerIPs(serviceCIDR, nodeAddress string) ([]net.IP, error) {
 	_, ipnet, err := net.ParseCIDR(serviceCIDR)
 	if err != nil {
 		return nil, err
@@ -109,5 +119,13 @@ func APIServerIPs(serviceCIDR string) ([]net.IP, error) {
 	first := make(net.IP, len(ipnet.IP.To4()))
 	copy(first, ipnet.IP.To4())
 	first[len(first)-1]++
-	return []net.IP{net.IPv4(127, 0, 0, 1), first}, nil
+	ips := []net.IP{net.IPv4(127, 0, 0, 1), first}
+	if nodeAddress != "" {
+		ip := net.ParseIP(nodeAddress)
+		if ip == nil || ip.To4() == nil {
+			return nil, fmt.Errorf("node address %q is not an IPv4 address", nodeAddress)
+		}
+		ips = append(ips, ip.To4())
+	}
+	return ips, nil
 }

@@ -32,6 +32,11 @@ type ports struct {
 	EtcdClient int `json:"etcdClient"`
 	EtcdPeer   int `json:"etcdPeer"`
 	Manager    int `json:"managerHealth"`
+	// Webhook is fke-manager's admission webhook (added later: data
+	// directories from before it get one on their next start).
+	Webhook int `json:"webhook"`
+	// Registry is the OCI registry's (added later too).
+	Registry int `json:"registry"`
 }
 
 // Daemon runs the management plane until ctx ends, then stops every process
@@ -106,6 +111,10 @@ func Daemon(ctx context.Context, opts DaemonOptions) error {
 		publish(PhaseFailed, err.Error())
 		return err
 	}
+	registry := startRegistry(ctx, group, p, opts.Binaries, pt, log, &st)
+	if registry != nil {
+		procs = append(procs, registry)
+	}
 	for _, proc := range procs {
 		if err := waitReady(ctx, proc, 2*time.Minute); err != nil {
 			err = fmt.Errorf("%w (logs in %s)", err, p.Logs())
@@ -124,8 +133,9 @@ func Daemon(ctx context.Context, opts DaemonOptions) error {
 	mgr, err := group.Start(ctx, supervisor.Spec{
 		Name: "fke-manager",
 		Path: opts.Self,
-		Args: []string{"manager", "--kubeconfig", p.Kubeconfig(), "--data-dir", p.Dir,
-			"--health-addr", "127.0.0.1:" + strconv.Itoa(pt.Manager)},
+		Args: append([]string{"manager", "--kubeconfig", p.Kubeconfig(), "--data-dir", p.Dir,
+			"--health-addr", "127.0.0.1:" + strconv.Itoa(pt.Manager),
+			"--webhook-port", strconv.Itoa(pt.Webhook), "--webhook-cert-dir", p.WebhookPKI()}, registryArgs(st.Registry)...),
 		Env:     append(os.Environ(), binaries.EnvDir+"="+binDirOf(bins[binaries.Etcd])),
 		LogPath: filepath.Join(p.Logs(), "fke-manager.log"),
 		Ready:   supervisor.WaitHTTPReady("http://127.0.0.1:"+strconv.Itoa(pt.Manager)+"/readyz", nil),
@@ -141,6 +151,9 @@ func Daemon(ctx context.Context, opts DaemonOptions) error {
 	}
 	procs = append(procs, mgr)
 	log.Info("management plane ready", "endpoint", endpoint)
+	if st.Registry != "" {
+		go pushSystemImages(ctx, st.Registry, opts.Binaries, log.With("component", "images"))
+	}
 
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
@@ -163,6 +176,33 @@ func Daemon(ctx context.Context, opts DaemonOptions) error {
 		case <-tick.C:
 		}
 	}
+}
+
+// startRegistry starts the OCI registry and records its address in st; when
+// its binary is missing, fke runs without it and st says why.
+func startRegistry(ctx context.Context, g *supervisor.Group, p Paths, finder binaries.Finder, pt ports, log *slog.Logger, st *State) *supervisor.Process {
+	bin, err := finder.Path(binaries.Registry)
+	if err == nil {
+		var spec supervisor.Spec
+		if spec, err = registrySpec(p, bin, pt.Registry); err == nil {
+			var proc *supervisor.Process
+			if proc, err = g.Start(ctx, spec); err == nil {
+				st.Registry = "127.0.0.1:" + strconv.Itoa(pt.Registry)
+				return proc
+			}
+		}
+	}
+	st.RegistryError = err.Error()
+	log.Warn("running without the OCI registry: local nodes cannot pull images", "error", err.Error())
+	return nil
+}
+
+// registryArgs passes the registry's address to fke-manager.
+func registryArgs(addr string) []string {
+	if addr == "" {
+		return nil
+	}
+	return []string{"--registry", addr}
 }
 
 func waitReady(ctx context.Context, proc *supervisor.Process, timeout time.Duration) error {
@@ -254,17 +294,31 @@ func loadPorts(p Paths) (ports, error) {
 		if err := json.Unmarshal(data, &pt); err != nil {
 			return pt, fmt.Errorf("decoding %s: %w", p.Ports(), err)
 		}
-		if pt.APIServer != 0 && pt.EtcdClient != 0 && pt.EtcdPeer != 0 && pt.Manager != 0 {
-			return pt, nil
-		}
 	} else if !errors.Is(err, os.ErrNotExist) {
 		return pt, err
 	}
-	free, err := supervisor.FreePorts(4)
+	// Fill in the missing ports only: the recorded ones stay.
+	missing := []*int{}
+	for _, p := range []*int{&pt.APIServer, &pt.EtcdClient, &pt.EtcdPeer, &pt.Manager, &pt.Webhook, &pt.Registry} {
+		if *p == 0 {
+			missing = append(missing, p)
+		}
+	}
+	if len(missing) == 0 {
+		return pt, nil
+	}
+	// A recorded port is free too while the daemon is down: never hand it out twice.
+	taken := map[int]bool{pt.APIServer: true, pt.EtcdClient: true, pt.EtcdPeer: true, pt.Manager: true, pt.Webhook: true, pt.Registry: true}
+	free, err := supervisor.FreePorts(len(missing) + len(taken))
 	if err != nil {
 		return pt, fmt.Errorf("finding free ports: %w", err)
 	}
-	pt = ports{APIServer: free[0], EtcdClient: free[1], EtcdPeer: free[2], Manager: free[3]}
+	for _, p := range missing {
+		for taken[free[0]] {
+			free = free[1:]
+		}
+		*p, taken[free[0]] = free[0], true
+	}
 	data, _ := json.Marshal(pt)
 	if err := os.WriteFile(p.Ports(), data, 0o600); err != nil {
 		return pt, fmt.Errorf("writing %s: %w", p.Ports(), err)

@@ -46,6 +46,10 @@ func (p Paths) DaemonLog() string { return filepath.Join(p.Logs(), "daemon.log")
 // PKI holds the management plane's certificates.
 func (p Paths) PKI() string { return filepath.Join(p.Dir, "pki") }
 
+// WebhookPKI holds the CA and serving certificate of fke-manager's
+// admission webhook.
+func (p Paths) WebhookPKI() string { return filepath.Join(p.Dir, "webhook-pki") }
+
 // Etcd holds the management etcd's data.
 func (p Paths) Etcd() string { return filepath.Join(p.Dir, "etcd") }
 
@@ -57,3 +61,9 @@ func (p Paths) Ports() string { return filepath.Join(p.Dir, "ports.json") }
 // management etcd, tenants' PKI and their encryption keys included. It lives
 // beside etcd's data, not in it, and goes with `fke down --purge`.
 func (p Paths) EncryptionConfig() string { return filepath.Join(p.Dir, encryption.ConfigFile) }
+
+// Registry holds the OCI registry's storage.
+func (p Paths) Registry() string { return filepath.Join(p.Dir, "registry") }
+
+// RegistryConfig is the OCI registry's configuration file.
+func (p Paths) RegistryConfig() string { return filepath.Join(p.Dir, "registry.yml") }

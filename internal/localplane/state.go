@@ -38,6 +38,10 @@ type State struct {
 	Kubeconfig string      `json:"kubeconfig,omitempty"`
 	StartedAt  time.Time   `json:"startedAt"`
 	Components []Component `json:"components,omitempty"`
+	// Registry is the OCI registry's address (127.0.0.1:<port>); empty when
+	// it does not run, and RegistryError says why.
+	Registry      string `json:"registry,omitempty"`
+	RegistryError string `json:"registryError,omitempty"`
 }
 
 // ErrNotRunning says no daemon runs for a data directory.

@@ -14,7 +14,9 @@ import (
 	"github.com/go-logr/logr"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/kubernetes"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
@@ -25,6 +27,7 @@ import (
 	"fke.dev/fke/internal/autoscaler"
 	"fke.dev/fke/internal/autoscaler/provreq"
 	"fke.dev/fke/internal/binaries"
+	"fke.dev/fke/internal/bootstrap"
 	"fke.dev/fke/internal/controller/cluster"
 	"fke.dev/fke/internal/controller/machine"
 	"fke.dev/fke/internal/controller/nodepool"
@@ -46,7 +49,17 @@ type Options struct {
 	HealthAddr string
 	// MetricsAddr serves Prometheus metrics ("0" disables).
 	MetricsAddr string
-	Logger      *slog.Logger
+	// Webhook configures the validating admission webhook (Port 0 disables it).
+	Webhook WebhookOptions
+	// NodeAddress, when set, is the host address at which nodes reach tenant
+	// API servers (the local-node bridge's gateway, e.g. 172.29.0.1): tenant
+	// API servers advertise it and their certificates cover it. Empty keeps
+	// them on loopback only.
+	NodeAddress string
+	// Registry is the OCI registry's loopback address (127.0.0.1:<port>)
+	// that `fke up` runs; empty when none runs.
+	Registry string
+	Logger   *slog.Logger
 }
 
 // Scheme returns a scheme with the built-in kinds, the fke.dev kinds and the
@@ -77,29 +90,19 @@ func Run(ctx context.Context, opts Options) error {
 		return fmt.Errorf("loading management kubeconfig %s: %w", opts.Kubeconfig, err)
 	}
 	cfg.QPS, cfg.Burst = 200, 400
-	metricsAddr := opts.MetricsAddr
-	if metricsAddr == "" {
-		metricsAddr = "0"
-	}
 	scheme, err := Scheme()
 	if err != nil {
 		return err
 	}
-	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
-		Scheme:                  scheme,
-		HealthProbeBindAddress:  opts.HealthAddr,
-		Metrics:                 metricsserver.Options{BindAddress: metricsAddr},
-		GracefulShutdownTimeout: ptr(30 * time.Second),
-		// Profiling is off unless asked for (see the README, Development).
-		PprofBindAddress: os.Getenv(EnvPprofAddr),
-	})
-	if err != nil {
-		return fmt.Errorf("creating manager: %w", err)
+	if opts.Webhook.CertDir == "" {
+		opts.Webhook.CertDir = filepath.Join(opts.DataDir, "webhook-pki")
 	}
-	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
+	hook, err := prepareWebhook(opts.Webhook)
+	if err != nil {
 		return err
 	}
-	if err := mgr.AddReadyzCheck("ping", healthz.Ping); err != nil {
+	mgr, err := newManager(cfg, scheme, opts, hook)
+	if err != nil {
 		return err
 	}
 
@@ -150,16 +153,28 @@ func Run(ctx context.Context, opts Options) error {
 		return fmt.Errorf("setting up provisioning request controller: %w", err)
 	}
 
+	approvers := &bootstrap.Approvers{Log: log.With("component", "serving-approver")}
+	defer approvers.StopAll()
 	if err := (&cluster.Reconciler{
-		Client:    mgr.GetClient(),
-		Runtime:   rt,
-		Recorder:  mgr.GetEventRecorder("fke-cluster"),
-		Versioner: ServerVersion,
-		Addons:    addons.EnsureProvisioningRequestAPI,
-		Tenants:   tenants,
-		Providers: providers,
+		Client:      mgr.GetClient(),
+		Runtime:     rt,
+		Recorder:    mgr.GetEventRecorder("fke-cluster"),
+		Versioner:   ServerVersion,
+		Addons:      tenantAddons,
+		Tenants:     tenants,
+		Providers:   providers,
+		Approvers:   approvers,
+		NodeAddress: opts.NodeAddress,
 	}).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up cluster controller: %w", err)
+	}
+
+	if hook != nil {
+		if err := hook.register(ctx, mgr, cfg, scheme, providers); err != nil {
+			return fmt.Errorf("setting up the admission webhook: %w", err)
+		}
+	} else if err := removeWebhook(ctx, cfg, scheme); err != nil {
+		return err
 	}
 
 	log.Info("starting fke-manager")
@@ -167,6 +182,51 @@ func Run(ctx context.Context, opts Options) error {
 		return fmt.Errorf("running manager: %w", err)
 	}
 	return nil
+}
+
+// newManager creates the controller-runtime manager with its health checks
+// and, when hook is set, its webhook server.
+func newManager(cfg *rest.Config, scheme *runtime.Scheme, opts Options, hook *webhookSetup) (ctrl.Manager, error) {
+	metricsAddr := opts.MetricsAddr
+	if metricsAddr == "" {
+		metricsAddr = "0"
+	}
+	mopts := ctrl.Options{
+		Scheme:                  scheme,
+		HealthProbeBindAddress:  opts.HealthAddr,
+		Metrics:                 metricsserver.Options{BindAddress: metricsAddr},
+		GracefulShutdownTimeout: ptr(30 * time.Second),
+		// Profiling is off unless asked for (see the README, Development).
+		PprofBindAddress: os.Getenv(EnvPprofAddr),
+	}
+	if hook != nil {
+		mopts.WebhookServer = hook.server
+	}
+	mgr, err := ctrl.NewManager(cfg, mopts)
+	if err != nil {
+		return nil, fmt.Errorf("creating manager: %w", err)
+	}
+	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
+		return nil, err
+	}
+	if err := mgr.AddReadyzCheck("ping", healthz.Ping); err != nil {
+		return nil, err
+	}
+	return mgr, nil
+}
+
+// tenantAddons installs what every tenant cluster gets once its control
+// plane is ready: the ProvisioningRequest API and the RBAC that lets nodes
+// join by TLS bootstrap.
+func tenantAddons(ctx context.Context, cfg *rest.Config) error {
+	if err := addons.EnsureProvisioningRequestAPI(ctx, cfg); err != nil {
+		return err
+	}
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return fmt.Errorf("tenant client: %w", err)
+	}
+	return bootstrap.EnsureRBAC(ctx, cs)
 }
 
 // ServerVersion asks the API server at endpoint (with kubeconfig) for its version.

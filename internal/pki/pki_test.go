@@ -569,3 +569,36 @@ func TestTLSHandshake(t *testing.T) {
 		})
 	}
 }
+
+func TestKubeProxyKubeconfig(t *testing.T) {
+	b, _, err := EnsureBundle(nil, ControlPlaneSpec{ClusterName: "demo"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	kc, err := KubeProxyKubeconfig(b, "demo", "https://172.29.0.1:6443")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := clientcmd.Load(kc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := cfg.Contexts[cfg.CurrentContext]
+	auth := cfg.AuthInfos[ctx.AuthInfo]
+	kp, err := ParseKeyPair(auth.ClientCertificateData, auth.ClientKeyData)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ca, _ := b.KeyPair(CA)
+	roots := x509.NewCertPool()
+	roots.AddCert(ca.Cert)
+	if _, err := kp.Cert.Verify(x509.VerifyOptions{Roots: roots, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}); err != nil {
+		t.Fatalf("kube-proxy certificate does not verify against the cluster CA: %v", err)
+	}
+	if kp.Cert.Subject.CommonName != KubeProxyUser || cfg.Clusters[ctx.Cluster].Server != "https://172.29.0.1:6443" {
+		t.Fatalf("subject %s, server %s", kp.Cert.Subject, cfg.Clusters[ctx.Cluster].Server)
+	}
+	if _, err := KubeProxyKubeconfig(Bundle{}, "demo", "https://x"); err == nil {
+		t.Fatal("a bundle without a CA gave a kubeconfig")
+	}
+}

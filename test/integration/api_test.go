@@ -4,9 +4,12 @@ package integration
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"testing"
+	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
@@ -18,10 +21,21 @@ import (
 
 func meta(name string) metav1.ObjectMeta { return metav1.ObjectMeta{Namespace: "default", Name: name} }
 
+// TestAPIRejectsBadObjects creates invalid objects against the management
+// API server that `fke up` runs, with fke-manager's admission webhook in
+// place, and expects each refused with the message that says what to fix
+// and nothing stored: CEL rules of the CRD schema and webhook checks alike.
 func TestAPIRejectsBadObjects(t *testing.T) {
 	e := testenv.Up(t)
 	c := e.Client()
 	ctx := context.Background()
+
+	// The cluster the pools below belong to; its /20 pod range holds 16 nodes.
+	demo := &fkev1.Cluster{ObjectMeta: meta("demo")}
+	demo.Spec.Network.PodCIDR = "10.112.0.0/20"
+	if err := c.Create(ctx, demo); err != nil {
+		t.Fatalf("creating cluster demo: %v", err)
+	}
 
 	pool := func(mut func(*fkev1.NodePool)) *fkev1.NodePool {
 		np := &fkev1.NodePool{ObjectMeta: meta("demo.gpu"), Spec: fkev1.NodePoolSpec{ClusterName: "demo", PoolName: "gpu", InstanceType: "gpu-h100x8", Replicas: ptr.To[int32](1)}}
@@ -74,6 +88,66 @@ func TestAPIRejectsBadObjects(t *testing.T) {
 		{"zero GPUs", itype(func(it *fkev1.InstanceType) {
 			it.Spec.GPU = &fkev1.InstanceGPU{Count: 0, Product: "NVIDIA-L4", MemoryMiB: 23034}
 		}), "spec.gpu.count"},
+
+		// Clusters: versions and networks.
+		{"version this fke cannot run", cluster("v99", func(c *fkev1.Cluster) { c.Spec.Version = "v1.99.0" }),
+			`Kubernetes version "v1.99.0" is not available in this fke: use one of v1.37.2 (` + "`fke versions`" + ` lists them)`},
+		{"pod CIDR equals service CIDR", cluster("same", func(c *fkev1.Cluster) {
+			c.Spec.Network = fkev1.ClusterNetwork{PodCIDR: "10.96.0.0/16", ServiceCIDR: "10.96.0.0/16"}
+		}), "podCIDR 10.96.0.0/16 and serviceCIDR 10.96.0.0/16 overlap: pods and Services need separate ranges"},
+		{"service CIDR inside pod CIDR", cluster("inside", func(c *fkev1.Cluster) {
+			c.Spec.Network = fkev1.ClusterNetwork{PodCIDR: "10.96.0.0/12", ServiceCIDR: "10.100.0.0/16"}
+		}), "podCIDR 10.96.0.0/12 and serviceCIDR 10.100.0.0/16 overlap"},
+		{"maxNodes beyond the pod range", cluster("small", func(c *fkev1.Cluster) {
+			c.Spec.Network.PodCIDR = "10.112.0.0/20"
+			c.Spec.Autoscaling.MaxNodes = 17
+		}), "autoscaling.maxNodes 17 is more than podCIDR 10.112.0.0/20 has room for (16 nodes, a /24 each)"},
+
+		// Node pools: labels and taints.
+		{"label value of 10000 characters", pool(func(p *fkev1.NodePool) { p.Spec.Labels = map[string]string{"team": strings.Repeat("x", 10000)} }),
+			"label team: a label value must be at most 63 characters"},
+		{"label key not a qualified name", pool(func(p *fkev1.NodePool) { p.Spec.Labels = map[string]string{"bad key": "x"} }),
+			"label key bad key is not a valid Kubernetes label key"},
+		{"label key reserved", pool(func(p *fkev1.NodePool) { p.Spec.Labels = map[string]string{"node.kubernetes.io/instance-type": "x"} }),
+			"label key node.kubernetes.io/instance-type uses a prefix reserved for Kubernetes and fke"},
+		{"label key reserved for fke", pool(func(p *fkev1.NodePool) { p.Spec.Labels = map[string]string{"fke.dev/nodepool": "other"} }),
+			"label key fke.dev/nodepool uses a prefix reserved"},
+		{"label value with a space", pool(func(p *fkev1.NodePool) { p.Spec.Labels = map[string]string{"team": "a b"} }),
+			`label "team": value is not valid`},
+		{"taint effect", pool(func(p *fkev1.NodePool) { p.Spec.Taints = []corev1.Taint{{Key: "a", Effect: "Sometimes"}} }),
+			"a taint effect must be NoSchedule, PreferNoSchedule or NoExecute"},
+		{"taint value of 10000 characters", pool(func(p *fkev1.NodePool) {
+			p.Spec.Taints = []corev1.Taint{{Key: "a", Value: strings.Repeat("x", 10000), Effect: corev1.TaintEffectNoSchedule}}
+		}), "a taint value at most 63"},
+		{"taint key not a qualified name", pool(func(p *fkev1.NodePool) {
+			p.Spec.Taints = []corev1.Taint{{Key: "a b", Effect: corev1.TaintEffectNoSchedule}}
+		}), `taint key "a b" is not valid`},
+		{"taint key reserved", pool(func(p *fkev1.NodePool) {
+			p.Spec.Taints = []corev1.Taint{{Key: "node.kubernetes.io/unschedulable", Effect: corev1.TaintEffectNoSchedule}}
+		}), `taint key "node.kubernetes.io/unschedulable" uses a prefix reserved`},
+		{"taint twice", pool(func(p *fkev1.NodePool) {
+			p.Spec.Taints = []corev1.Taint{{Key: "a", Value: "x", Effect: corev1.TaintEffectNoSchedule}, {Key: "a", Value: "y", Effect: corev1.TaintEffectNoSchedule}}
+		}), `taint "a" with effect NoSchedule appears twice`},
+
+		// Node pools: what they refer to.
+		{"cluster that does not exist", pool(func(p *fkev1.NodePool) { p.Name, p.Spec.ClusterName = "nope.gpu", "nope" }),
+			`cluster "nope" does not exist in namespace default: create it first`},
+		{"instance type that does not exist", pool(func(p *fkev1.NodePool) { p.Spec.InstanceType = "gpu-x" }),
+			"instance type \"gpu-x\" does not exist: list the available ones with `fke instancetypes`"},
+		{"more nodes than the pod range holds", pool(func(p *fkev1.NodePool) {
+			p.Spec.Replicas = nil
+			p.Spec.Autoscaling = &fkev1.NodePoolAutoscaling{MinSize: 0, MaxSize: 17}
+		}), "cluster demo's podCIDR 10.112.0.0/20 has room for 16 nodes (a /24 each), but its node pools could reach 17"},
+
+		// Instance types.
+		{"cpu zero", itype(func(it *fkev1.InstanceType) { it.Spec.CPU = resource.MustParse("0") }), "cpu must be greater than zero, such as 4 or 500m (got 0)"},
+		{"cpu negative", itype(func(it *fkev1.InstanceType) { it.Spec.CPU = resource.MustParse("-4") }), "cpu must be greater than zero, such as 4 or 500m (got -4)"},
+		{"memory zero", itype(func(it *fkev1.InstanceType) { it.Spec.Memory = resource.MustParse("0") }), "memory must be greater than zero"},
+		{"pods negative", itype(func(it *fkev1.InstanceType) { it.Spec.Pods = -1 }), "spec.pods"},
+		{"price negative", itype(func(it *fkev1.InstanceType) { it.Spec.PricePerHour = "-1" }), "pricePerHour must be a non-negative decimal such as 2.50 (got -1)"},
+		{"MIG profile malformed", itype(func(it *fkev1.InstanceType) {
+			it.Spec.GPU = &fkev1.InstanceGPU{Count: 1, Product: "NVIDIA-A100", MemoryMiB: 81920, MIGProfiles: []string{"1g.10gb", "10gb"}}
+		}), "MIG profile 10gb is not well formed"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -91,8 +165,28 @@ func TestAPIRejectsBadObjects(t *testing.T) {
 		})
 	}
 
-	// Immutable fields: a good object can be created, then not changed.
-	np := pool(func(p *fkev1.NodePool) {})
+	// The provider must be one this manager runs (`local` is refused until
+	// the manager registers it).
+	t.Run("provider not available", func(t *testing.T) {
+		np := pool(func(p *fkev1.NodePool) {
+			p.Name, p.Spec.PoolName, p.Spec.Provider = "demo.local", "local", fkev1.ProviderLocal
+		})
+		err := c.Create(ctx, np)
+		if err == nil {
+			_ = c.Delete(ctx, np)
+			t.Skip("this fke-manager runs the local provider")
+		}
+		if want := `node provider "local" is not available in this installation; available providers: kwok`; !strings.Contains(err.Error(), want) {
+			t.Fatalf("error %q does not contain %q", err, want)
+		}
+	})
+
+	// Immutable fields: a good object (with labels and taints a user may
+	// set) can be created, then not changed.
+	np := pool(func(p *fkev1.NodePool) {
+		p.Spec.Labels = map[string]string{"example.com/team": "ml", "topology.kubernetes.io/zone": "local-b", "node-restriction.kubernetes.io/tier": "gold", "empty": ""}
+		p.Spec.Taints = []corev1.Taint{{Key: "example.com/dedicated", Value: "ml", Effect: corev1.TaintEffectNoSchedule}, {Key: "example.com/dedicated", Value: "ml", Effect: corev1.TaintEffectNoExecute}}
+	})
 	if err := c.Create(ctx, np); err != nil {
 		t.Fatalf("creating a valid pool: %v", err)
 	}
@@ -121,13 +215,51 @@ func TestAPIRejectsBadObjects(t *testing.T) {
 	if err := c.Create(ctx, cl); err != nil {
 		t.Fatalf("creating a minimal cluster: %v", err)
 	}
-	if cl.Spec.Version != "v1.37.2" || cl.Spec.Runtime != fkev1.RuntimeLocal || cl.Spec.Network.PodCIDR != "10.112.0.0/12" || cl.Spec.Network.ServiceCIDR != "10.96.0.0/16" {
+	if cl.Spec.Version != "v1.37.2" || cl.Spec.Runtime != fkev1.RuntimeLocal || cl.Spec.Network.ServiceCIDR != "10.96.0.0/16" {
 		t.Fatalf("defaults not applied: %+v", cl.Spec)
 	}
-	clBefore := cl.DeepCopy()
-	cl.Spec.Network.PodCIDR = "10.100.0.0/16"
-	if err := c.Patch(ctx, cl, client.MergeFrom(clBefore)); err == nil || !strings.Contains(err.Error(), "network is immutable") {
-		t.Fatalf("changing the network: want 'network is immutable', got %v", err)
+	// The manager picks a free pod range and records it, once.
+	testenv.Eventually(t, 30*time.Second, "pod range picked", func() error {
+		if err := c.Get(ctx, client.ObjectKeyFromObject(cl), cl); err != nil {
+			return err
+		}
+		if cl.Spec.Network.PodCIDR == "" {
+			return errors.New("spec.network.podCIDR is empty")
+		}
+		return nil
+	})
+	if !strings.HasSuffix(cl.Spec.Network.PodCIDR, "/14") {
+		t.Fatalf("picked pod range %s, want a /14", cl.Spec.Network.PodCIDR)
+	}
+	for field, mut := range map[string]func(*fkev1.Cluster){
+		"podCIDR is immutable once set": func(c *fkev1.Cluster) { c.Spec.Network.PodCIDR = "10.100.0.0/16" },
+		"serviceCIDR is immutable":      func(c *fkev1.Cluster) { c.Spec.Network.ServiceCIDR = "10.97.0.0/16" },
+	} {
+		changed := cl.DeepCopy()
+		mut(changed)
+		if err := c.Patch(ctx, changed, client.MergeFrom(cl)); err == nil || !strings.Contains(err.Error(), field) {
+			t.Fatalf("changing the network: want %q, got %v", field, err)
+		}
+	}
+
+	// Version changes: never back, one minor at most, and only to what this fke runs.
+	for _, tt := range []struct{ to, want string }{
+		{"v1.36.3", "cannot change version from v1.37.2 back to v1.36.3: downgrades are not supported"},
+		{"v1.39.0", "cannot upgrade from v1.37.2 to v1.39.0: upgrade one minor version at a time"},
+		{"v1.38.0", `Kubernetes version "v1.38.0" is not available in this fke`},
+	} {
+		cur := &fkev1.Cluster{}
+		if err := c.Get(ctx, client.ObjectKeyFromObject(cl), cur); err != nil {
+			t.Fatal(err)
+		}
+		before := cur.DeepCopy()
+		cur.Spec.Version = tt.to
+		if err := c.Patch(ctx, cur, client.MergeFrom(before)); err == nil || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("version %s -> %s: want %q, got %v", before.Spec.Version, tt.to, tt.want, err)
+		}
+	}
+	if err := c.Get(ctx, client.ObjectKeyFromObject(cl), cl); err != nil || cl.Spec.Version != "v1.37.2" {
+		t.Fatalf("a refused version change was stored: %q, %v", cl.Spec.Version, err)
 	}
 }
 

@@ -73,7 +73,8 @@ func Main(m *testing.M) {
 	os.Exit(code)
 }
 
-// FkeBinary builds cmd/fke once per test process and returns its path.
+// FkeBinary builds cmd/fke (with fke-pause and fke-demo-server beside it)
+// once per test process and returns its path.
 func FkeBinary(t testing.TB) string {
 	t.Helper()
 	buildOnce.Do(func() {
@@ -83,7 +84,9 @@ func FkeBinary(t testing.TB) string {
 			return
 		}
 		fkeBin = filepath.Join(dir, "fke")
-		cmd := exec.Command("go", "build", "-o", fkeBin, "./cmd/fke")
+		// The pause and demo-server binaries go beside fke, where `fke up`
+		// finds them to build the images it pushes to its registry.
+		cmd := exec.Command("go", "build", "-o", dir+"/", "./cmd/fke", "./cmd/fke-pause", "./cmd/fke-demo-server")
 		cmd.Dir = RepoRoot()
 		if out, err := cmd.CombinedOutput(); err != nil {
 			buildErr = fmt.Errorf("building fke: %v\n%s", err, out)

@@ -27,7 +27,11 @@ const (
 //
 // Pending pods are first placed, in scheduling-queue order (priority, then
 // age), on free room of ready nodes and on the pool's upcoming machines
-// (simulated from the template); those trigger nothing. For the rest, each
+// (simulated from the template); those trigger nothing. Pods that fit none
+// of it are then placed, in the same order, on the room that pods
+// terminating on ready nodes will free, counting only terminating pods
+// before their deadline (TerminationDeadline): those wait for that room
+// (Schedulable, AwaitsTermination) and trigger nothing either. For the rest, each
 // eligible pool (has a template, not backing off, below MaxSize and the
 // cluster limits) packs them into new template nodes, first-fit decreasing by
 // GPU request then dominant resource, up to the nodes it may add; the
@@ -40,6 +44,7 @@ func ScaleUp(s Snapshot, pools []Pool, e Expander, now time.Time) ScaleUpPlan {
 	defer s.Memo.end()
 	w := newWorld(s.Namespaces, true, s.Memo)
 	w.lazy = true
+	w.now = now
 	for i := range s.Nodes {
 		ni := &s.Nodes[i]
 		if ni.Node == nil || ni.Deleting {
@@ -98,6 +103,7 @@ func ScaleUp(s Snapshot, pools []Pool, e Expander, now time.Time) ScaleUpPlan {
 		remaining = append(remaining, pi)
 	}
 	w.cursors = nil
+	remaining = w.awaitTermination(remaining, &plan)
 	su.grow(remaining, &plan)
 	return plan
 }

@@ -196,6 +196,10 @@ type PodPlacement struct {
 	Pool string
 	// Upcoming is true when the node is an upcoming machine of a pool.
 	Upcoming bool
+	// AwaitsTermination is true when the pod fits the node only once pods
+	// terminating there are gone (before their deadline, see
+	// TerminationDeadline).
+	AwaitsTermination bool
 }
 
 // PodReason explains why a pod triggers no scale-up.
@@ -224,9 +228,13 @@ type PoolIncrease struct {
 type ScaleUpPlan struct {
 	// Increases lists the pools to grow, in the order they were chosen.
 	Increases []PoolIncrease
-	// Schedulable lists pending pods that fit existing free capacity or
-	// upcoming machines.
+	// Schedulable lists pending pods that fit existing free capacity,
+	// upcoming machines or the room terminating pods will free.
 	Schedulable []PodPlacement
+	// RecheckAt, when not zero, is the earliest deadline of the terminating
+	// pods whose room a placement relies on: from then on those pods hold
+	// their room again, and a new decision may grow a pool.
+	RecheckAt time.Time
 	// NotTriggerScaleUp lists pending pods no pool can help, with why.
 	NotTriggerScaleUp []PodReason
 	// Warnings report inputs that were ignored or defaulted (an unknown

@@ -3,6 +3,7 @@ package decide
 import (
 	"sort"
 	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -38,6 +39,11 @@ type simNode struct {
 	raw    []*corev1.Pod
 	loaded bool
 	idx    int // position in world.nodes
+	// freeing is the room this ready node's terminating pods will free
+	// (scale-up only; nil when none); released is set once that room was
+	// taken out of used (see releaseTerminating).
+	freeing  *freeing
+	released bool
 }
 
 // world is the cluster a simulation runs on.
@@ -75,6 +81,9 @@ type world struct {
 	// cursors, when not nil, are findNode's per-group cursors (only while
 	// nodes only gain pods).
 	cursors map[string]*fitCursor
+	// now, when set (scale-up), is the time terminating pods' deadlines are
+	// compared with (see noteTerminating).
+	now time.Time
 }
 
 // newWorld makes an empty world; memo may be nil.
@@ -146,6 +155,7 @@ func (w *world) load(n *simNode) {
 		pi := &slab[len(slab)-1]
 		w.existingPodInfo(pi, p, n)
 		n.used.add(pi.req, 1)
+		w.noteTerminating(n, pi)
 	}
 	n.pods = make([]*podInfo, len(slab))
 	for i := range slab {

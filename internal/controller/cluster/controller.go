@@ -6,6 +6,7 @@ package cluster
 import (
 	"context"
 	"fmt"
+	"net/netip"
 	"sync"
 	"time"
 
@@ -14,6 +15,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/client-go/tools/events"
@@ -23,13 +25,16 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	fkev1 "fke.dev/fke/api/v1alpha1"
+	"fke.dev/fke/internal/bootstrap"
 	"fke.dev/fke/internal/controlplane"
 	"fke.dev/fke/internal/nodeprovider"
 	"fke.dev/fke/internal/tenant"
+	"fke.dev/fke/internal/versions"
 )
 
-// SupportedVersion is the Kubernetes version of the upstream binaries fke runs.
-const SupportedVersion = "v1.37.2"
+// SupportedVersion is the Kubernetes version of the upstream binaries fke
+// runs (the list lives in internal/versions).
+const SupportedVersion = versions.Default
 
 // Requeue intervals: fast while a control plane comes up, slow once it is ready
 // (to notice crashes and restarts).
@@ -53,8 +58,21 @@ type Reconciler struct {
 	Tenants *tenant.Registry
 	// Providers release what they run for a deleted cluster (kwok processes).
 	Providers map[fkev1.ProviderName]nodeprovider.Provider
+	// NodeAddress, when set, is the address nodes reach every tenant API
+	// server at (see controlplane.Spec.NodeAddress); serving certificates of
+	// existing clusters are re-issued to cover it.
+	NodeAddress string
+	// Approvers runs the kubelet serving-certificate approver of every ready
+	// tenant; nil skips it.
+	Approvers *bootstrap.Approvers
+
+	// HostRoutes lists the host's routes pod ranges must avoid; nil reads
+	// this host's routing table.
+	HostRoutes func() ([]netip.Prefix, error)
 
 	portsMu sync.Mutex // serialises port allocation across clusters
+	cidrMu  sync.Mutex // serialises pod-range picks across clusters
+	picked  map[string]netip.Prefix
 }
 
 // SetupWithManager registers the controller.
@@ -104,6 +122,10 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.
 		return ctrl.Result{}, nil
 	}
 
+	if err := r.ensurePodCIDR(ctx, cl); err != nil {
+		setUnknown(cl, err)
+		return ctrl.Result{}, err
+	}
 	if err := r.ensurePorts(ctx, cl); err != nil {
 		setUnknown(cl, err)
 		return ctrl.Result{}, err
@@ -120,6 +142,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.
 		PodCIDR:     cl.Spec.Network.PodCIDR,
 		ServiceCIDR: cl.Spec.Network.ServiceCIDR,
 		PKI:         bundle,
+		NodeAddress: r.NodeAddress,
 	}
 	wasReady := meta.IsStatusConditionTrue(cl.Status.Conditions, fkev1.ConditionControlPlaneReady)
 	st, err := r.Runtime.Ensure(ctx, spec)
@@ -161,7 +184,13 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.
 			r.Recorder.Eventf(cl, nil, corev1.EventTypeWarning, "AddonsFailed", "Install", "installing addons: %v", err)
 			return ctrl.Result{RequeueAfter: 5 * time.Second}, nil
 		}
-		setAddons(cl, metav1.ConditionTrue, fkev1.ReasonReady, "ProvisioningRequest API installed")
+		setAddons(cl, metav1.ConditionTrue, fkev1.ReasonReady, "ProvisioningRequest API and node bootstrap RBAC installed")
+	}
+	if r.Approvers != nil && !r.Approvers.Running(req.String()) {
+		if err := r.startApprover(req.String(), kubeconfig); err != nil {
+			log.Info("starting serving approver failed", "cluster", req.String(), "error", err.Error())
+			return ctrl.Result{RequeueAfter: requeueStarting}, nil
+		}
 	}
 	if r.Versioner != nil && (cl.Status.Version == "" || !wasReady) {
 		v, err := r.Versioner(ctx, st.Endpoint, kubeconfig)
@@ -195,6 +224,12 @@ func (r *Reconciler) finalize(ctx context.Context, cl *fkev1.Cluster) (waiting b
 	if done, err := r.removeWorkers(ctx, cl); err != nil || !done {
 		return !done, err
 	}
+	if r.Approvers != nil {
+		r.Approvers.Stop(key)
+	}
+	r.cidrMu.Lock()
+	delete(r.picked, key)
+	r.cidrMu.Unlock()
 	if err := r.Runtime.Delete(ctx, key); err != nil {
 		r.Recorder.Eventf(cl, nil, corev1.EventTypeWarning, "DeleteFailed", "Delete", "deleting control plane: %v", err)
 		return false, fmt.Errorf("deleting control plane %s: %w", key, err)
@@ -210,6 +245,20 @@ func (r *Reconciler) finalize(ctx context.Context, cl *fkev1.Cluster) (waiting b
 		return false, fmt.Errorf("removing finalizer: %w", err)
 	}
 	return false, nil
+}
+
+// startApprover starts the tenant's kubelet serving-certificate approver.
+func (r *Reconciler) startApprover(key string, kubeconfig []byte) error {
+	cfg, err := clientcmd.RESTConfigFromKubeConfig(kubeconfig)
+	if err != nil {
+		return fmt.Errorf("kubeconfig of %s: %w", key, err)
+	}
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return fmt.Errorf("client for %s: %w", key, err)
+	}
+	r.Approvers.Ensure(key, cs)
+	return nil
 }
 
 func (r *Reconciler) patchStatus(ctx context.Context, before, after *fkev1.Cluster) error {

@@ -86,9 +86,9 @@ func (r *Reconciler) ensurePorts(ctx context.Context, cl *fkev1.Cluster) error {
 // ensurePKI loads the cluster's PKI Secret, completes it, and writes it back
 // when anything was added or renewed. The CAs never change once created.
 func (r *Reconciler) ensurePKI(ctx context.Context, cl *fkev1.Cluster) (pki.Bundle, error) {
-	ips, err := controlplane.APIServerIPs(cl.Spec.Network.ServiceCIDR)
+	ips, err := controlplane.APIServerIPs(cl.Spec.Network.ServiceCIDR, r.NodeAddress)
 	if err != nil {
-		return nil, fmt.Errorf("service CIDR %q: %w", cl.Spec.Network.ServiceCIDR, err)
+		return nil, fmt.Errorf("API server addresses (service CIDR %q): %w", cl.Spec.Network.ServiceCIDR, err)
 	}
 	secret := &corev1.Secret{}
 	key := client.ObjectKey{Namespace: cl.Namespace, Name: pkiSecretName(cl.Name)}

@@ -61,4 +61,3 @@ func Observe(node *corev1.Node, missing bool, wantGPUs int64) NodeState {
 	}
 	return st
 }
-

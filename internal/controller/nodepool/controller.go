@@ -17,8 +17,8 @@ import (
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
-	"k8s.io/apimachinery/pkg/labels"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/client-go/util/workqueue"
@@ -371,4 +371,3 @@ func setCondition(np *fkev1.NodePool, s metav1.ConditionStatus, reason, msg stri
 		Type: fkev1.ConditionReady, Status: s, Reason: reason, Message: msg, ObservedGeneration: np.Generation,
 	})
 }
-

@@ -157,4 +157,3 @@ func TestRenameRefusesAForeignPool(t *testing.T) {
 		t.Fatal("no event explains the conflict")
 	}
 }
-

@@ -92,43 +92,52 @@ func etcdArgs(l layout, s controlplane.Spec) []string {
 	}
 }
 
+// advertiseArgs makes the API server advertise the node address, with the
+// default (lease) endpoint reconciler keeping the kubernetes Service on it.
+// Without a node address it advertises loopback, which the reconciler
+// refuses, so the reconciler is off and nodes use their kubeconfig's endpoint.
+func advertiseArgs(s controlplane.Spec) []string {
+	if s.NodeAddress != "" {
+		return []string{"--advertise-address=" + s.NodeAddress}
+	}
+	return []string{"--advertise-address=127.0.0.1", "--endpoint-reconciler-type=none"}
+}
+
 func apiServerArgs(l layout, s controlplane.Spec) []string {
-	return []string{
+	return append(advertiseArgs(s),
+		// Nodes reach a loopback-bound API server through the host's DNAT of
+		// NodeAddress to loopback.
 		"--bind-address=127.0.0.1",
-		"--advertise-address=127.0.0.1",
-		// The endpoint reconciler refuses loopback addresses; nodes reach the
-		// API server through the endpoint in their kubeconfig.
-		"--endpoint-reconciler-type=none",
-		"--secure-port=" + strconv.Itoa(s.Ports.APIServer),
-		"--etcd-servers=https://127.0.0.1:" + strconv.Itoa(s.Ports.EtcdClient),
-		"--etcd-cafile=" + l.pki(pki.EtcdCACertFile),
-		"--etcd-certfile=" + l.pki(pki.APIServerEtcdClientCertFile),
-		"--etcd-keyfile=" + l.pki(pki.APIServerEtcdClientKeyFile),
-		"--tls-cert-file=" + l.pki(pki.APIServerCertFile),
-		"--tls-private-key-file=" + l.pki(pki.APIServerKeyFile),
-		"--client-ca-file=" + l.pki(pki.CACertFile),
-		"--kubelet-client-certificate=" + l.pki(pki.APIServerKubeletClientCertFile),
-		"--kubelet-client-key=" + l.pki(pki.APIServerKubeletClientKeyFile),
+		"--secure-port="+strconv.Itoa(s.Ports.APIServer),
+		"--etcd-servers=https://127.0.0.1:"+strconv.Itoa(s.Ports.EtcdClient),
+		"--etcd-cafile="+l.pki(pki.EtcdCACertFile),
+		"--etcd-certfile="+l.pki(pki.APIServerEtcdClientCertFile),
+		"--etcd-keyfile="+l.pki(pki.APIServerEtcdClientKeyFile),
+		"--tls-cert-file="+l.pki(pki.APIServerCertFile),
+		"--tls-private-key-file="+l.pki(pki.APIServerKeyFile),
+		"--client-ca-file="+l.pki(pki.CACertFile),
+		"--kubelet-client-certificate="+l.pki(pki.APIServerKubeletClientCertFile),
+		"--kubelet-client-key="+l.pki(pki.APIServerKubeletClientKeyFile),
 		"--kubelet-preferred-address-types=InternalIP,Hostname",
-		"--service-account-key-file=" + l.pki(pki.SAPubFile),
-		"--service-account-signing-key-file=" + l.pki(pki.SAKeyFile),
+		"--service-account-key-file="+l.pki(pki.SAPubFile),
+		"--service-account-signing-key-file="+l.pki(pki.SAKeyFile),
 		"--service-account-issuer=https://kubernetes.default.svc.cluster.local",
-		"--encryption-provider-config=" + l.pki(encryption.ConfigFile),
-		"--service-cluster-ip-range=" + s.ServiceCIDR,
+		"--encryption-provider-config="+l.pki(encryption.ConfigFile),
+		"--service-cluster-ip-range="+s.ServiceCIDR,
 		"--authorization-mode=Node,RBAC",
 		"--enable-admission-plugins=NodeRestriction,ExtendedResourceToleration",
 		"--enable-bootstrap-token-auth=true",
 		"--allow-privileged=true",
-		"--requestheader-client-ca-file=" + l.pki(pki.FrontProxyCACertFile),
+		"--requestheader-client-ca-file="+l.pki(pki.FrontProxyCACertFile),
 		"--requestheader-allowed-names=front-proxy-client",
 		"--requestheader-extra-headers-prefix=X-Remote-Extra-",
 		"--requestheader-group-headers=X-Remote-Group",
 		"--requestheader-username-headers=X-Remote-User",
-		"--proxy-client-cert-file=" + l.pki(pki.FrontProxyClientCertFile),
-		"--proxy-client-key-file=" + l.pki(pki.FrontProxyClientKeyFile),
+		"--proxy-client-cert-file="+l.pki(pki.FrontProxyClientCertFile),
+		"--proxy-client-key-file="+l.pki(pki.FrontProxyClientKeyFile),
 		"--profiling=false",
 		"--v=1",
-	}
+	)
 }
 
 func componentCommon(l layout, port int, user string) []string {

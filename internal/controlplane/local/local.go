@@ -71,8 +71,9 @@ func (r *Runtime) Ensure(ctx context.Context, spec controlplane.Spec) (controlpl
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if old, ok := r.running[spec.Key]; ok && old.Ports != spec.Ports {
-		// The ports changed (should not happen): restart everything.
+	if old, ok := r.running[spec.Key]; ok && (old.Ports != spec.Ports || old.NodeAddress != spec.NodeAddress) {
+		// The ports (should not happen) or the advertised address changed:
+		// restart everything.
 		if err := r.stopLocked(ctx, spec.Key); err != nil {
 			return controlplane.Status{}, err
 		}

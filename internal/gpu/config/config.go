@@ -192,13 +192,22 @@ func Default() Config {
 
 // Load reads a YAML file over Default(); unknown fields are an error.
 func Load(path string) (Config, error) {
-	cfg := Default()
 	data, err := os.ReadFile(path)
 	if err != nil {
-		return cfg, fmt.Errorf("reading config %s: %w", path, err)
+		return Default(), fmt.Errorf("reading config %s: %w", path, err)
 	}
-	if err := yaml.UnmarshalStrict(data, &cfg); err != nil {
+	cfg, err := Parse(data)
+	if err != nil {
 		return cfg, fmt.Errorf("parsing config %s: %w", path, err)
+	}
+	return cfg, nil
+}
+
+// Parse reads YAML over Default(); unknown fields are an error.
+func Parse(data []byte) (Config, error) {
+	cfg := Default()
+	if err := yaml.UnmarshalStrict(data, &cfg); err != nil {
+		return cfg, err
 	}
 	return cfg, nil
 }
@@ -254,6 +263,19 @@ func (c Config) Validate() error {
 	}
 	if !c.Health.Disabled && c.Health.ProbeInterval.Duration <= 0 {
 		errs = append(errs, errors.New("health.probeInterval: must be > 0"))
+	}
+	for _, d := range []struct {
+		name string
+		d    metav1.Duration
+	}{
+		{"devicePlugin.selfCheckInterval", c.DevicePlugin.SelfCheckInterval},
+		{"health.recoveryHold", c.Health.RecoveryHold},
+		{"metrics.podResourcesTTL", c.Metrics.PodResourcesTTL},
+		{"labels.interval", c.Labels.Interval},
+	} {
+		if d.d.Duration < 0 {
+			errs = append(errs, fmt.Errorf("%s %s: must not be negative", d.name, d.d.Duration))
+		}
 	}
 	if c.Labels.Enabled && c.NodeName == "" {
 		errs = append(errs, errors.New("nodeName: must be set (flag --node-name or $NODE_NAME) when labels are enabled"))

@@ -2,6 +2,7 @@ package kwok
 
 import (
 	"fmt"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -69,27 +70,64 @@ type kwokOptions struct {
 	EnableProfilingHandler    bool   `json:"enableProfilingHandler"`
 }
 
-// stages returns kwok's standard Stage objects fke runs with: nodes become
-// Ready at once and keep a lease; pods become Running at once, complete
-// when their containers are all done, and go away when deleted.
+// AnnotationPodDeleteDelay on a pod of a kwok node ("20s", a Go duration)
+// keeps it Terminating that long after it is deleted, as a pod whose
+// containers take that long to stop; without it a deleted pod goes at once.
+// It is kwok's own annotation (read by its general pod-delete stage).
+const AnnotationPodDeleteDelay = "pod-delete.stage.kwok.x-k8s.io/delay"
+
+// podDeleteStage is kwok's fast pod-delete stage with the delay of
+// AnnotationPodDeleteDelay (none by default).
+const podDeleteStage = `apiVersion: kwok.x-k8s.io/v1alpha1
+kind: Stage
+metadata:
+  name: pod-delete
+spec:
+  resourceRef:
+    apiGroup: v1
+    kind: Pod
+  selector:
+    matchExpressions:
+    - key: '.metadata.deletionTimestamp'
+      operator: 'Exists'
+  delay:
+    durationMilliseconds: 0
+    durationFrom:
+      expressionFrom: '.metadata.annotations["` + AnnotationPodDeleteDelay + `"]'
+  next:
+    delete: true
+`
+
+// stages returns the Stage objects fke runs kwok with: nodes become Ready
+// at once and keep a lease; pods become Running at once, complete when
+// their containers are all done, and go away when deleted (after the delay
+// of AnnotationPodDeleteDelay, if any). All but pod-delete are kwok's
+// standard "fast" stages.
 func stages() []string {
 	return []string{
 		nodefast.DefaultNodeInit,
 		nodeheartbeat.DefaultNodeHeartbeatWithLease,
 		podfast.DefaultPodReady,
 		podfast.DefaultPodComplete,
-		podfast.DefaultPodDelete,
+		podDeleteStage,
 	}
 }
 
 // renderConfig returns the multi-document YAML of kwok's --config file: a
-// KwokConfiguration and the Stage objects.
+// KwokConfiguration and the Stage objects. An empty podCIDR or nodeIP takes
+// the default; anything else must be a CIDR and an IP address.
 func renderConfig(podCIDR, nodeIP string) ([]byte, error) {
 	if podCIDR == "" {
 		podCIDR = DefaultPodCIDR
 	}
 	if nodeIP == "" {
 		nodeIP = DefaultNodeIP
+	}
+	if _, err := netip.ParsePrefix(podCIDR); err != nil {
+		return nil, fmt.Errorf("rendering kwok configuration: pod CIDR %q: %w", podCIDR, err)
+	}
+	if _, err := netip.ParseAddr(nodeIP); err != nil {
+		return nil, fmt.Errorf("rendering kwok configuration: node IP %q: %w", nodeIP, err)
 	}
 	cfg := kwokConfiguration{
 		APIVersion: configAPIVersion,

@@ -1,6 +1,7 @@
 package kwok
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -76,6 +77,16 @@ func TestRenderConfig(t *testing.T) {
 				meta, _ := obj["metadata"].(map[string]any)
 				name, _ := meta["name"].(string)
 				stages = append(stages, name)
+				if name == "pod-delete" {
+					// A deleted pod stays Terminating for the delay its
+					// annotation asks for, none without it.
+					spec, _ := obj["spec"].(map[string]any)
+					delay, _ := spec["delay"].(map[string]any)
+					from, _ := delay["durationFrom"].(map[string]any)
+					if delay["durationMilliseconds"] != float64(0) || !strings.Contains(fmt.Sprint(from["expressionFrom"]), AnnotationPodDeleteDelay) {
+						t.Errorf("pod-delete delay = %v, want 0 unless %s says otherwise", delay, AnnotationPodDeleteDelay)
+					}
+				}
 			}
 			for _, want := range []string{"node-initialize", "node-heartbeat-with-lease", "pod-ready", "pod-complete", "pod-delete"} {
 				if !slices.Contains(stages, want) {

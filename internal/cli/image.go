@@ -1,0 +1,120 @@
+package cli
+
+import (
+	"fmt"
+	"text/tabwriter"
+
+	"github.com/spf13/cobra"
+
+	"fke.dev/fke/internal/image"
+	"fke.dev/fke/internal/localplane"
+)
+
+func newImageCmd(g *globals) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "image",
+		Short: "Push images to fke's registry and list them (pods name them <registry>/<name>:<tag>)",
+	}
+	cmd.AddCommand(newImagePushCmd(g), newImageListCmd(g))
+	return cmd
+}
+
+// registry returns the registry of the running management plane.
+func (g *globals) registry() (image.Registry, error) {
+	st, err := localplane.ReadState(g.dataDir)
+	if err != nil {
+		return image.Registry{}, err
+	}
+	if st.Registry == "" {
+		return image.Registry{}, fmt.Errorf("fke's registry is not running (%s): build it with `make binaries` and restart with `fke down && fke up`", st.RegistryError)
+	}
+	return image.Registry{Host: st.Registry}, nil
+}
+
+func newImagePushCmd(g *globals) *cobra.Command {
+	var rename string
+	cmd := &cobra.Command{
+		Use:   "push TAR|DIR",
+		Short: "Push the images of a docker-archive tar (docker save) or an OCI image layout directory",
+		Example: `  docker save myapp:v1 -o myapp.tar && fke image push myapp.tar
+  fke image push ./oci-layout --name team/app:v2`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			loaded, err := image.Load(args[0])
+			if err != nil {
+				return err
+			}
+			if rename != "" && len(loaded) > 1 {
+				return fmt.Errorf("%s holds %d images: --name applies to one; push them without --name", args[0], len(loaded))
+			}
+			names := make([]string, len(loaded))
+			for i, l := range loaded {
+				if names[i], err = l.Named(rename); err != nil {
+					return fmt.Errorf("%s: %w", args[0], err)
+				}
+			}
+			reg, err := g.registry()
+			if err != nil {
+				return err
+			}
+			for i, l := range loaded {
+				if _, err := reg.Ref(names[i]); err != nil {
+					return err
+				}
+				var d fmt.Stringer
+				if l.Index != nil {
+					d, err = reg.PushIndex(cmd.Context(), names[i], l.Index)
+				} else {
+					d, err = reg.Push(cmd.Context(), names[i], l.Image)
+				}
+				if err != nil {
+					return err
+				}
+				fmt.Fprintf(g.out, "pushed %s/%s (%s)\n", reg.Host, names[i], d)
+			}
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&rename, "name", "", "push as REPOSITORY[:TAG] (default: the name in the file)")
+	return cmd
+}
+
+func newImageListCmd(g *globals) *cobra.Command {
+	return &cobra.Command{
+		Use:     "list",
+		Aliases: []string{"ls"},
+		Short:   "List the images in fke's registry",
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			reg, err := g.registry()
+			if err != nil {
+				return err
+			}
+			entries, err := reg.List(cmd.Context())
+			if err != nil {
+				return err
+			}
+			if len(entries) == 0 {
+				fmt.Fprintf(g.out, "no images in %s\n", reg.Host)
+				return nil
+			}
+			tw := tabwriter.NewWriter(g.out, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "IMAGE\tDIGEST\tSIZE")
+			for _, e := range entries {
+				fmt.Fprintf(tw, "%s/%s:%s\t%s\t%s\n", reg.Host, e.Repository, e.Tag, e.Digest, size(e.Size))
+			}
+			return tw.Flush()
+		},
+	}
+}
+
+func size(b int64) string {
+	switch {
+	case b == 0:
+		return "-"
+	case b < 1<<20:
+		return fmt.Sprintf("%.1f KiB", float64(b)/(1<<10))
+	default:
+		return fmt.Sprintf("%.1f MiB", float64(b)/(1<<20))
+	}
+}

@@ -1,0 +1,109 @@
+package image
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+
+	"fke.dev/fke/internal/binaries"
+)
+
+// SystemImage is an image fke builds from one of the binaries it ships and
+// keeps in its registry.
+type SystemImage struct {
+	// Name is "<repository>:<tag>" in fke's registry.
+	Name string
+	// Binary is found with binaries.Finder.
+	Binary string
+	// Path is where the binary lives in the image.
+	Path         string
+	Args         []string
+	User         string
+	ExposedPorts []string
+}
+
+// The images fke keeps in its registry. Pods and node configuration name
+// them as <registry address>/<Name>.
+var (
+	// Pause is every local node's sandbox image (containerd's sandbox_image).
+	Pause = SystemImage{Name: "fke/pause:1.0", Binary: binaries.Pause, Path: "/pause", User: "65535:65535"}
+	// DemoServer is the demo inference server (HTTP on 8080).
+	DemoServer = SystemImage{Name: "fke/demo-server:v1", Binary: binaries.DemoServer, Path: "/fke-demo-server",
+		User: "65534:65534", ExposedPorts: []string{"8080/tcp"}}
+	// GPUAgent is fke's GPU node agent (device plugin, labels, metrics).
+	GPUAgent = SystemImage{Name: "fke/gpu-agent:v1", Binary: binaries.GPUAgent, Path: "/usr/bin/fke-gpu-agent"}
+	// CoreDNS is the cluster DNS of clusters with local nodes.
+	CoreDNS = SystemImage{Name: "fke/coredns:v1.15.0", Binary: binaries.CoreDNS, Path: "/coredns",
+		ExposedPorts: []string{"53/udp", "53/tcp", "9153/tcp"}}
+)
+
+// SystemImages lists every system image.
+var SystemImages = []SystemImage{Pause, DemoServer, GPUAgent, CoreDNS}
+
+// Ref is si's reference in the registry at host (host:port), as pods and
+// containerd name it, e.g. Pause.Ref("172.29.0.1:5000") for a node's
+// sandbox_image.
+func (si SystemImage) Ref(host string) string { return host + "/" + si.Name }
+
+// ownBinaries are built by `make build`, not `make binaries`.
+var ownBinaries = map[string]bool{binaries.Pause: true, binaries.DemoServer: true, binaries.GPUAgent: true}
+
+// Build builds si from the binary at binPath.
+func (si SystemImage) Build(binPath string) (v1.Image, error) {
+	files, err := BinaryFiles(binPath, si.Path)
+	if err != nil {
+		return nil, fmt.Errorf("image %s: %w", si.Name, err)
+	}
+	return Build(Spec{
+		Files: files, Entrypoint: append([]string{si.Path}, si.Args...), User: si.User, ExposedPorts: si.ExposedPorts,
+		Labels: map[string]string{"org.opencontainers.image.title": si.Name, "dev.fke.built-by": "fke"},
+	})
+}
+
+// Pushed is one system image in the registry.
+type Pushed struct {
+	Name   string
+	Digest v1.Hash
+}
+
+// EnsureSystemImages builds each of images (all SystemImages when none is
+// given) from the binaries finder finds and pushes it to reg. Idempotent:
+// an image that is already there is not sent again. It pushes every image
+// it can and returns the others' errors joined (a missing binary is a
+// *binaries.MissingError).
+func EnsureSystemImages(ctx context.Context, reg Registry, finder binaries.Finder, log *slog.Logger, images ...SystemImage) ([]Pushed, error) {
+	if len(images) == 0 {
+		images = SystemImages
+	}
+	if log == nil {
+		log = slog.Default()
+	}
+	var out []Pushed
+	var errs []error
+	for _, si := range images {
+		p, err := finder.Path(si.Binary)
+		if err != nil {
+			if ownBinaries[si.Binary] {
+				err = fmt.Errorf("%s is built by `make build` (next to fke): %w", si.Binary, err)
+			}
+			errs = append(errs, fmt.Errorf("image %s: %w", si.Name, err))
+			continue
+		}
+		img, err := si.Build(p)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		d, err := reg.Push(ctx, si.Name, img)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		log.Info("system image in registry", "image", si.Name, "digest", d.String())
+		out = append(out, Pushed{Name: si.Name, Digest: d})
+	}
+	return out, errors.Join(errs...)
+}
