@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"fke.dev/fke/internal/binaries"
+	"fke.dev/fke/internal/encryption"
 	"fke.dev/fke/internal/pki"
 	"fke.dev/fke/internal/supervisor"
 )
@@ -76,6 +77,11 @@ func Daemon(ctx context.Context, opts DaemonOptions) error {
 	}
 	bundle, err := ensureManagementPKI(p)
 	if err != nil {
+		publish(PhaseFailed, err.Error())
+		return err
+	}
+	if err := encryption.EnsureFile(p.EncryptionConfig()); err != nil {
+		err = fmt.Errorf("management encryption key: %w", err)
 		publish(PhaseFailed, err.Error())
 		return err
 	}
@@ -213,7 +219,9 @@ func binDirOf(path string) string { return filepath.Dir(path) }
 func startManagementPlane(ctx context.Context, g *supervisor.Group, p Paths, bins map[string]string, pt ports) ([]*supervisor.Process, error) {
 	pk := func(f string) string { return filepath.Join(p.PKI(), f) }
 	etcdURL := "https://127.0.0.1:" + strconv.Itoa(pt.EtcdClient)
-	peerURL := "http://127.0.0.1:" + strconv.Itoa(pt.EtcdPeer)
+	// One member: the peer port takes TLS and only the etcd peer certificate
+	// (etcd cannot listen on no peer URL).
+	peerURL := "https://127.0.0.1:" + strconv.Itoa(pt.EtcdPeer)
 	b, err := loadBundle(p.PKI())
 	if err != nil {
 		return nil, err
@@ -236,6 +244,9 @@ func startManagementPlane(ctx context.Context, g *supervisor.Group, p Paths, bin
 				"--initial-cluster=management=" + peerURL,
 				"--cert-file=" + pk(pki.EtcdServerCertFile), "--key-file=" + pk(pki.EtcdServerKeyFile),
 				"--trusted-ca-file=" + pk(pki.EtcdCACertFile), "--client-cert-auth=true",
+				"--peer-cert-file=" + pk(pki.EtcdPeerCertFile), "--peer-key-file=" + pk(pki.EtcdPeerKeyFile),
+				"--peer-trusted-ca-file=" + pk(pki.EtcdCACertFile), "--peer-client-cert-auth=true",
+				"--peer-cert-allowed-cn=" + pki.EtcdPeerCommonName,
 				"--log-level=warn",
 			},
 			LogPath: filepath.Join(p.Logs(), "etcd.log"),
@@ -256,6 +267,7 @@ func startManagementPlane(ctx context.Context, g *supervisor.Group, p Paths, bin
 				"--service-account-key-file=" + pk(pki.SAPubFile),
 				"--service-account-signing-key-file=" + pk(pki.SAKeyFile),
 				"--service-account-issuer=https://fke-management.local",
+				"--encryption-provider-config=" + p.EncryptionConfig(),
 				"--service-cluster-ip-range=10.0.0.0/24",
 				"--authorization-mode=RBAC",
 				"--profiling=false",

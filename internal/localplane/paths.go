@@ -6,6 +6,8 @@ package localplane
 import (
 	"os"
 	"path/filepath"
+
+	"fke.dev/fke/internal/encryption"
 )
 
 // EnvHome overrides the default data directory.
@@ -53,6 +55,12 @@ func (p Paths) Etcd() string { return filepath.Join(p.Dir, "etcd") }
 
 // Ports records the management plane's ports across restarts.
 func (p Paths) Ports() string { return filepath.Join(p.Dir, "ports.json") }
+
+// EncryptionConfig is the management kube-apiserver's encryption
+// configuration (--encryption-provider-config): the key of the Secrets in the
+// management etcd, tenants' PKI and their encryption keys included. It lives
+// beside etcd's data, not in it, and goes with `fke down --purge`.
+func (p Paths) EncryptionConfig() string { return filepath.Join(p.Dir, encryption.ConfigFile) }
 
 // Registry holds the OCI registry's storage.
 func (p Paths) Registry() string { return filepath.Join(p.Dir, "registry") }

@@ -28,10 +28,13 @@ const (
 	APIServerKubeletClient = "apiserver-kubelet-client"
 	FrontProxyClient       = "front-proxy-client"
 	EtcdServer             = "etcd-server"
-	APIServerEtcdClient    = "apiserver-etcd-client"
-	Admin                  = "admin"
-	ControllerManager      = "controller-manager"
-	Scheduler              = "scheduler"
+	// EtcdPeer is etcd's peer certificate (serving and client): the peer
+	// port accepts only certificates of this name signed by the etcd CA.
+	EtcdPeer            = "etcd-peer"
+	APIServerEtcdClient = "apiserver-etcd-client"
+	Admin               = "admin"
+	ControllerManager   = "controller-manager"
+	Scheduler           = "scheduler"
 	// Manager is the client fke's own controllers use to talk to the tenant.
 	Manager = "manager"
 )
@@ -52,6 +55,8 @@ const (
 	FrontProxyClientKeyFile        = FrontProxyClient + ".key"
 	EtcdServerCertFile             = EtcdServer + ".crt"
 	EtcdServerKeyFile              = EtcdServer + ".key"
+	EtcdPeerCertFile               = EtcdPeer + ".crt"
+	EtcdPeerKeyFile                = EtcdPeer + ".key"
 	APIServerEtcdClientCertFile    = APIServerEtcdClient + ".crt"
 	APIServerEtcdClientKeyFile     = APIServerEtcdClient + ".key"
 	AdminCertFile                  = Admin + ".crt"
@@ -78,6 +83,9 @@ const (
 	ControllerManagerUser = "system:kube-controller-manager"
 	SchedulerUser         = "system:kube-scheduler"
 	ManagerUser           = "fke-manager"
+	// EtcdPeerCommonName is the subject of the etcd peer certificate, the
+	// only one etcd's peer port accepts (--peer-cert-allowed-cn).
+	EtcdPeerCommonName = "etcd-peer"
 )
 
 // RenewBefore is how long before expiry EnsureBundle re-issues a leaf.
@@ -157,6 +165,14 @@ var leaves = []leaf{
 			CommonName: "etcd-server",
 			DNSNames:   union([]string{"localhost"}, s.EtcdDNSNames),
 			IPs:        unionIPs([]net.IP{net.IPv4(127, 0, 0, 1)}, s.EtcdIPs),
+			Usages:     UsageBoth,
+		}
+	}},
+	{EtcdPeer, EtcdCA, func(ControlPlaneSpec) CertSpec {
+		return CertSpec{
+			CommonName: EtcdPeerCommonName,
+			DNSNames:   []string{"localhost"},
+			IPs:        []net.IP{net.IPv4(127, 0, 0, 1)},
 			Usages:     UsageBoth,
 		}
 	}},

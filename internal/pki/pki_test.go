@@ -286,6 +286,7 @@ func TestEnsureBundleChains(t *testing.T) {
 		{Manager, CA, []x509.ExtKeyUsage{client}, ManagerUser, []string{MastersGroup}},
 		{FrontProxyClient, FrontProxyCA, []x509.ExtKeyUsage{client}, "front-proxy-client", nil},
 		{EtcdServer, EtcdCA, []x509.ExtKeyUsage{server, client}, "etcd-server", nil},
+		{EtcdPeer, EtcdCA, []x509.ExtKeyUsage{server, client}, EtcdPeerCommonName, nil},
 		{APIServerEtcdClient, EtcdCA, []x509.ExtKeyUsage{client}, "kube-apiserver-etcd-client", nil},
 	}
 	for _, tt := range tests {
@@ -410,11 +411,14 @@ func TestEnsureBundleRepairs(t *testing.T) {
 		}(), []string{EtcdServerCertFile, EtcdServerKeyFile}},
 		// sa.pub is derived again from the kept sa.key, so it is byte-identical.
 		{"removed sa.pub keeps sa.key", func(b Bundle) { delete(b, SAPubFile) }, testSpec, nil},
+		// A bundle made before etcd peers used TLS gets the peer pair alone.
+		{"bundle without etcd peer pair", func(b Bundle) { delete(b, EtcdPeerCertFile); delete(b, EtcdPeerKeyFile) }, testSpec,
+			[]string{EtcdPeerCertFile, EtcdPeerKeyFile}},
 		{"removed sa.key", func(b Bundle) { delete(b, SAKeyFile) }, testSpec,
 			[]string{SAKeyFile, SAPubFile}},
 		{"removed etcd CA key re-creates etcd CA and its leaves", func(b Bundle) { delete(b, EtcdCAKeyFile) }, testSpec,
 			[]string{EtcdCACertFile, EtcdCAKeyFile, EtcdServerCertFile, EtcdServerKeyFile,
-				APIServerEtcdClientCertFile, APIServerEtcdClientKeyFile}},
+				EtcdPeerCertFile, EtcdPeerKeyFile, APIServerEtcdClientCertFile, APIServerEtcdClientKeyFile}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -27,6 +27,8 @@ const (
 	readyPollInterval = 100 * time.Millisecond
 	// readyProbeTimeout bounds one call of Spec.Ready.
 	readyProbeTimeout = 5 * time.Second
+	// beforeRestartTimeout bounds one call of Spec.BeforeRestart.
+	beforeRestartTimeout = 30 * time.Second
 )
 
 // Spec describes one supervised child process.
@@ -59,6 +61,11 @@ type Spec struct {
 	// MaxRestarts, when positive, is how many restarts are attempted before
 	// the process is left Failed. Zero means restart forever.
 	MaxRestarts int
+	// BeforeRestart, when set, runs before every restart after an
+	// unexpected exit (not before the first start), when the backoff is
+	// over, with no lock held. Its ctx ends when Stop begins or after 30s.
+	// An error is logged and the restart goes ahead.
+	BeforeRestart func(ctx context.Context) error
 }
 
 func (s Spec) withDefaults() Spec {
@@ -332,6 +339,7 @@ func (p *Process) run(cmd *exec.Cmd, cancelProbe context.CancelFunc) {
 			case <-timer.C:
 			}
 			backoff = min(2*backoff, p.spec.MaxBackoff)
+			p.beforeRestart()
 
 			p.mu.Lock()
 			if p.stopping {
@@ -353,6 +361,26 @@ func (p *Process) run(cmd *exec.Cmd, cancelProbe context.CancelFunc) {
 			p.mu.Unlock()
 			p.log.Error("process restart failed", "attempts", attempts, "backoff", backoff, "error", err)
 		}
+	}
+}
+
+// beforeRestart runs Spec.BeforeRestart, if any, until it returns, Stop
+// begins or beforeRestartTimeout passes.
+func (p *Process) beforeRestart() {
+	if p.spec.BeforeRestart == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), beforeRestartTimeout)
+	defer cancel()
+	go func() {
+		select {
+		case <-p.stopCh:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	if err := p.spec.BeforeRestart(ctx); err != nil {
+		p.log.Warn("preparing restart failed, restarting anyway", "error", err)
 	}
 }
 

@@ -602,3 +602,46 @@ func TestChildSurvivesStarterThreadExit(t *testing.T) {
 		}
 	}
 }
+
+// TestBeforeRestart: the hook runs before each restart, not before the
+// first start, and a failing hook does not prevent the restart.
+func TestBeforeRestart(t *testing.T) {
+	g, logs := newTestGroup(t)
+	var mu sync.Mutex
+	calls := 0
+	p, err := g.Start(ctxTimeout(t), Spec{
+		Name: "sleeper", Path: "sleep", Args: []string{"1000"},
+		MinBackoff: time.Millisecond, MaxBackoff: time.Millisecond,
+		BeforeRestart: func(ctx context.Context) error {
+			if _, ok := ctx.Deadline(); !ok {
+				t.Error("BeforeRestart got a context without deadline")
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			calls++
+			return errors.New("no luck")
+		},
+	})
+	if err != nil {
+		t.Fatalf("Start: %v", err)
+	}
+	mu.Lock()
+	if calls != 0 {
+		t.Errorf("BeforeRestart ran %d times before the first start", calls)
+	}
+	mu.Unlock()
+	old := p.Pid()
+	if err := syscall.Kill(old, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "restart", func() bool { return p.Restarts() == 1 })
+	killOnCleanup(t, p.Pid())
+	mu.Lock()
+	defer mu.Unlock()
+	if calls != 1 {
+		t.Errorf("BeforeRestart ran %d times, want 1", calls)
+	}
+	if n := len(logs.entries(t, "preparing restart failed, restarting anyway")); n != 1 {
+		t.Errorf("%d logs of the failed hook, want 1", n)
+	}
+}

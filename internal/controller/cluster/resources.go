@@ -13,6 +13,7 @@ import (
 
 	fkev1 "fke.dev/fke/api/v1alpha1"
 	"fke.dev/fke/internal/controlplane"
+	"fke.dev/fke/internal/encryption"
 	"fke.dev/fke/internal/pki"
 	"fke.dev/fke/internal/supervisor"
 )
@@ -105,6 +106,15 @@ func (r *Reconciler) ensurePKI(ctx context.Context, cl *fkev1.Cluster) (pki.Bund
 	if err != nil {
 		return nil, fmt.Errorf("ensuring PKI: %w", err)
 	}
+	// The tenant's encryption key travels with its PKI: the Secret is
+	// encrypted at rest by the management API server, and the key can be
+	// recovered from it when the cluster's data directory cannot.
+	enc, encChanged, err := encryption.Ensure(bundle[encryption.ConfigFile])
+	if err != nil {
+		return nil, fmt.Errorf("secret %s, key %s: %w", pkiSecretName(cl.Name), encryption.ConfigFile, err)
+	}
+	bundle[encryption.ConfigFile] = enc
+	changed = changed || encChanged
 	if !changed && exists {
 		return bundle, nil
 	}

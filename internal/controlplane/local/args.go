@@ -7,6 +7,7 @@ import (
 	"strconv"
 
 	"fke.dev/fke/internal/controlplane"
+	"fke.dev/fke/internal/encryption"
 	"fke.dev/fke/internal/pki"
 )
 
@@ -63,7 +64,10 @@ func writeIfChanged(path string, data []byte) error {
 
 func etcdArgs(l layout, s controlplane.Spec) []string {
 	client := "https://127.0.0.1:" + strconv.Itoa(s.Ports.EtcdClient)
-	peer := "http://127.0.0.1:" + strconv.Itoa(s.Ports.EtcdPeer)
+	// One member, so no peer ever connects; etcd cannot listen on no peer
+	// URL (an empty --listen-peer-urls means its default), so the peer port
+	// takes TLS and only the etcd peer certificate.
+	peer := "https://127.0.0.1:" + strconv.Itoa(s.Ports.EtcdPeer)
 	return []string{
 		"--name=default",
 		"--data-dir=" + l.etcdData(),
@@ -77,6 +81,11 @@ func etcdArgs(l layout, s controlplane.Spec) []string {
 		"--key-file=" + l.pki(pki.EtcdServerKeyFile),
 		"--trusted-ca-file=" + l.pki(pki.EtcdCACertFile),
 		"--client-cert-auth=true",
+		"--peer-cert-file=" + l.pki(pki.EtcdPeerCertFile),
+		"--peer-key-file=" + l.pki(pki.EtcdPeerKeyFile),
+		"--peer-trusted-ca-file=" + l.pki(pki.EtcdCACertFile),
+		"--peer-client-cert-auth=true",
+		"--peer-cert-allowed-cn=" + pki.EtcdPeerCommonName,
 		"--snapshot-count=10000",
 		"--quota-backend-bytes=2147483648",
 		"--log-level=warn",
@@ -113,6 +122,7 @@ func apiServerArgs(l layout, s controlplane.Spec) []string {
 		"--service-account-key-file="+l.pki(pki.SAPubFile),
 		"--service-account-signing-key-file="+l.pki(pki.SAKeyFile),
 		"--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+		"--encryption-provider-config="+l.pki(encryption.ConfigFile),
 		"--service-cluster-ip-range="+s.ServiceCIDR,
 		"--authorization-mode=Node,RBAC",
 		"--enable-admission-plugins=NodeRestriction,ExtendedResourceToleration",

@@ -16,9 +16,11 @@ import (
 	"path/filepath"
 	"strconv"
 	"sync"
+	"syscall"
 
 	"fke.dev/fke/internal/binaries"
 	"fke.dev/fke/internal/controlplane"
+	"fke.dev/fke/internal/encryption"
 	"fke.dev/fke/internal/pki"
 	"fke.dev/fke/internal/supervisor"
 )
@@ -64,6 +66,9 @@ func processName(key, component string) string { return key + "/" + component }
 // each retries its connections, so starting them together is the fastest path
 // to a ready API server.
 func (r *Runtime) Ensure(ctx context.Context, spec controlplane.Spec) (controlplane.Status, error) {
+	if err := encryption.Validate(spec.PKI[encryption.ConfigFile]); err != nil {
+		return controlplane.Status{}, fmt.Errorf("control plane %s: PKI bundle, %s: %w", spec.Key, encryption.ConfigFile, err)
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if old, ok := r.running[spec.Key]; ok && (old.Ports != spec.Ports || old.NodeAddress != spec.NodeAddress) {
@@ -204,8 +209,15 @@ func (r *Runtime) Delete(ctx context.Context, key string) error {
 	if err := r.stopLocked(ctx, key); err != nil {
 		return err
 	}
-	if err := os.RemoveAll(r.DataDir(key)); err != nil {
+	dir := r.DataDir(key)
+	if err := os.RemoveAll(dir); err != nil {
 		return fmt.Errorf("removing data of %s: %w", key, err)
+	}
+	// The namespace's directory goes with its last cluster.
+	if parent := filepath.Dir(dir); parent != filepath.Clean(r.dir) {
+		if err := os.Remove(parent); err != nil && !errors.Is(err, os.ErrNotExist) && !errors.Is(err, syscall.ENOTEMPTY) && !errors.Is(err, syscall.EEXIST) {
+			return fmt.Errorf("removing the empty directory of namespace %s: %w", filepath.Base(parent), err)
+		}
 	}
 	return nil
 }

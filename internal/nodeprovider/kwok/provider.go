@@ -373,15 +373,34 @@ func (p *Provider) startLocked(ctx context.Context, st *clusterState, cluster no
 	if err != nil {
 		return fmt.Errorf("starting kwok for cluster %s: %w", st.key, err)
 	}
+	// No kwok process of this cluster runs now: the Leases of its nodes
+	// belong to a dead one, if any, and would hold the new one back (see
+	// leases.go). Likewise before the supervisor restarts a kwok that died.
+	client := st.client // this kwok's cluster config; a new one restarts kwok
+	dropLeases := func(ctx context.Context) error {
+		n, err := deleteLeases(ctx, client, cluster)
+		if err != nil {
+			return err
+		}
+		if n > 0 {
+			p.log.Info("deleted the node leases of a previous kwok process", "cluster", st.key, "leases", n)
+		}
+		return nil
+	}
+	if err := dropLeases(ctx); err != nil {
+		// kwok still takes the leases, once they expire.
+		p.log.Warn("deleting node leases failed", "cluster", st.key, "error", err)
+	}
 	addr := fmt.Sprintf("127.0.0.1:%d", ports[0])
 	logPath := filepath.Join(st.dir, "kwok.log")
 	proc, err := p.procs.Start(ctx, supervisor.Spec{
-		Name:        st.procName,
-		Path:        path,
-		Args:        args(kubeconfigPath, configPath, ports[0]),
-		LogPath:     logPath,
-		Ready:       supervisor.WaitHTTPReady("http://"+addr+"/healthz", nil),
-		GracePeriod: stopGracePeriod,
+		Name:          st.procName,
+		Path:          path,
+		Args:          args(kubeconfigPath, configPath, ports[0]),
+		LogPath:       logPath,
+		Ready:         supervisor.WaitHTTPReady("http://"+addr+"/healthz", nil),
+		GracePeriod:   stopGracePeriod,
+		BeforeRestart: dropLeases,
 	})
 	if err != nil {
 		return fmt.Errorf("starting kwok for cluster %s: %w", st.key, err)
