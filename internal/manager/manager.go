@@ -213,9 +213,10 @@ func Run(ctx context.Context, opts Options) error {
 	return nil
 }
 
-// Environment of fke-manager (passed on by `fke up`) for local nodes until
-// the registry serves their images: the sandbox image's name, and image
-// archives (comma-separated paths) imported into every local node.
+// Environment of fke-manager (passed on by `fke up`) for local nodes that
+// need images the registry does not serve: the sandbox image's name (by
+// default fke's pause image in the registry), and image archives
+// (comma-separated paths) imported into every local node.
 const (
 	EnvNodePauseImage = "FKE_NODE_PAUSE_IMAGE"
 	EnvNodeImages     = "FKE_NODE_IMAGES"

@@ -33,6 +33,7 @@ import (
 	"fke.dev/fke/internal/binaries"
 	"fke.dev/fke/internal/bootstrap"
 	"fke.dev/fke/internal/hostnet"
+	"fke.dev/fke/internal/image"
 	"fke.dev/fke/internal/manager"
 	"fke.dev/fke/internal/nodeprovider/local"
 	"fke.dev/fke/test/testenv"
@@ -57,10 +58,11 @@ func requireNodeTools(t *testing.T) {
 }
 
 // TestLocalNodes: a pool of two local nodes in a cluster made with the CLI.
+// Its nodes pull their sandbox image from fke's registry (no pause image
+// configured); the test's app image is imported into them.
 func TestLocalNodes(t *testing.T) {
 	requireNodeTools(t)
 	images := buildImages(t)
-	t.Setenv(manager.EnvNodePauseImage, pauseImage)
 	t.Setenv(manager.EnvNodeImages, strings.Join(images, ","))
 	e := testenv.New(t)
 	// Registered before `fke up`, so it runs after `fke down`.
@@ -73,6 +75,7 @@ func TestLocalNodes(t *testing.T) {
 	})
 	t.Cleanup(func() { dumpNodeLogs(t, e) }) // before fke down
 	e.MustRun("cluster", "create", "demo", "--wait")
+	registry := waitSystemImages(t, e)
 	start := time.Now()
 	e.MustRun("nodepool", "create", "demo/cpu", "--provider", "local", "--instance-type", "cpu-small", "--replicas", "2")
 	cs := e.Tenant("demo")
@@ -117,6 +120,43 @@ func TestLocalNodes(t *testing.T) {
 				t.Errorf("%s: client logs %q, want the server's answer", name, logs)
 			}
 		}
+	})
+	t.Run("a pod runs an image pulled from fke's registry", func(t *testing.T) {
+		pod := &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: "pulled"},
+			Spec: corev1.PodSpec{
+				NodeName: b.Name,
+				Containers: []corev1.Container{{
+					Name: "server", Image: image.DemoServer.Ref(registry), ImagePullPolicy: corev1.PullIfNotPresent,
+				}},
+			},
+		}
+		if _, err := cs.CoreV1().Pods("default").Create(t.Context(), pod, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		var ip string
+		testenv.Eventually(t, 2*time.Minute, "pod pulled running", func() error {
+			p, err := cs.CoreV1().Pods("default").Get(t.Context(), pod.Name, metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			if p.Status.Phase != corev1.PodRunning || p.Status.PodIP == "" {
+				return fmt.Errorf("phase %s: %v", p.Status.Phase, p.Status.ContainerStatuses)
+			}
+			ip = p.Status.PodIP
+			return nil
+		})
+		testenv.Eventually(t, 30*time.Second, "the demo server answers", func() error {
+			resp, err := http.Get("http://" + net.JoinHostPort(ip, "8080") + "/healthz")
+			if err != nil {
+				return err
+			}
+			defer resp.Body.Close()
+			if body, _ := io.ReadAll(resp.Body); resp.StatusCode != http.StatusOK || strings.TrimSpace(string(body)) != "ok" {
+				return fmt.Errorf("status %d, body %q", resp.StatusCode, body)
+			}
+			return nil
+		})
 	})
 	t.Run("the host reaches pods and NodePorts", func(t *testing.T) {
 		if body := httpGet(t, "http://"+net.JoinHostPort(server.Status.PodIP, "8080")+"/"); !strings.Contains(body, "hello from server") {
@@ -196,6 +236,8 @@ func TestLocalNodes(t *testing.T) {
 			t.Fatal(err)
 		}
 		cmd := exec.Command(e.Fke, "--data-dir", e.DataDir, "--bin-dir", e.BinDir, "node", "join", "--bootstrap", file, "--name", "metal-1")
+		// A joined host knows no registry: it gets the test's pause image.
+		cmd.Env = append(os.Environ(), manager.EnvNodePauseImage+"="+pauseImage)
 		var out bytes.Buffer
 		cmd.Stdout, cmd.Stderr = &out, &out
 		if err := cmd.Start(); err != nil {
@@ -342,6 +384,30 @@ func TestLocalNodes(t *testing.T) {
 		waitSucceeded(t, cs, pod.Name)
 		t.Logf("FIGURE pending pod -> local node from zero -> pod done: %s", time.Since(start).Round(10*time.Millisecond))
 	})
+}
+
+// waitSystemImages waits until `fke up` has pushed the pause and demo
+// server images to its registry, and returns the registry's address as
+// nodes reach it (the bridge's gateway).
+func waitSystemImages(t *testing.T, e *testenv.Env) string {
+	t.Helper()
+	_, port, ok := strings.Cut(e.State().Registry, ":")
+	if !ok {
+		t.Fatalf("fke up runs no registry: %s", e.State().RegistryError)
+	}
+	testenv.Eventually(t, 2*time.Minute, "system images in the registry", func() error {
+		out, err := e.Run("image", "list")
+		if err != nil {
+			return err
+		}
+		for _, si := range []image.SystemImage{image.Pause, image.DemoServer} {
+			if !strings.Contains(out, si.Name) {
+				return fmt.Errorf("no %s in:\n%s", si.Name, out)
+			}
+		}
+		return nil
+	})
+	return net.JoinHostPort(hostnet.Gateway.String(), port)
 }
 
 func ready(n *corev1.Node) bool {

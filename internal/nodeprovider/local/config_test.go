@@ -129,3 +129,30 @@ func TestProxyConfigDecodes(t *testing.T) {
 		t.Errorf("decoded %+v", cfg)
 	}
 }
+
+func TestPauseImage(t *testing.T) {
+	for _, c := range []struct{ configured, registry, want string }{
+		{"my/pause:1", "172.29.0.1:5000", "my/pause:1"},
+		{"", "172.29.0.1:5000", "172.29.0.1:5000/fke/pause:1.0"},
+		{"", "", DefaultPauseImage},
+	} {
+		if got := pauseImage(c.configured, c.registry); got != c.want {
+			t.Errorf("pauseImage(%q, %q) = %q, want %q", c.configured, c.registry, got, c.want)
+		}
+	}
+}
+
+// The registry is trusted over plain HTTP: containerd pulls the sandbox
+// image from it.
+func TestContainerdConfigTrustsRegistry(t *testing.T) {
+	cfg := ContainerdConfig(Layout{Dir: "/d"}, ContainerdSpec{PauseImage: "172.29.0.1:5000/fke/pause:1.0", Registry: "172.29.0.1:5000"})
+	for _, want := range []string{
+		`sandbox_image = "172.29.0.1:5000/fke/pause:1.0"`,
+		`[plugins."io.containerd.grpc.v1.cri".registry.mirrors."172.29.0.1:5000"]`,
+		`endpoint = ["http://172.29.0.1:5000"]`,
+	} {
+		if !strings.Contains(cfg, want) {
+			t.Errorf("containerd config lacks %s:\n%s", want, cfg)
+		}
+	}
+}

@@ -36,6 +36,7 @@ import (
 	fkev1 "fke.dev/fke/api/v1alpha1"
 	"fke.dev/fke/internal/binaries"
 	"fke.dev/fke/internal/hostnet"
+	"fke.dev/fke/internal/image"
 	"fke.dev/fke/internal/nodeprovider"
 	"fke.dev/fke/internal/supervisor"
 )
@@ -46,7 +47,8 @@ const ProviderIDPrefix = "local://"
 // KubeProxy is the name of the kube-proxy binary.
 const KubeProxy = "kube-proxy"
 
-// DefaultPauseImage is the sandbox image when Options.PauseImage is empty.
+// DefaultPauseImage is the sandbox image when Options.PauseImage and
+// Options.Registry are empty.
 const DefaultPauseImage = "fke.local/pause:1"
 
 // Options configure a Provider.
@@ -59,7 +61,8 @@ type Options struct {
 	Logger *slog.Logger
 	// Host manages the host network (hostnet.New when nil).
 	Host *hostnet.Host
-	// PauseImage is the nodes' sandbox image (DefaultPauseImage when empty).
+	// PauseImage is the nodes' sandbox image. When empty: fke's pause image
+	// in Registry (image.Pause), or DefaultPauseImage without a registry.
 	PauseImage string
 	// Registry is host:port of the registry nodes pull from (its port is
 	// exposed on the gateway); empty when there is none.
@@ -98,9 +101,7 @@ func New(opts Options) (*Provider, error) {
 	if opts.Host == nil {
 		opts.Host = hostnet.New(nil, log)
 	}
-	if opts.PauseImage == "" {
-		opts.PauseImage = DefaultPauseImage
-	}
+	opts.PauseImage = pauseImage(opts.PauseImage, opts.Registry)
 	if opts.HostCPU.IsZero() {
 		opts.HostCPU = *resource.NewQuantity(int64(runtime.NumCPU()), resource.DecimalSI)
 	}
@@ -112,6 +113,19 @@ func New(opts Options) (*Provider, error) {
 		opts.HostMemory = mem
 	}
 	return &Provider{opts: opts, log: log, host: opts.Host, procs: supervisor.NewGroup(log), nodes: map[string]*Node{}}, nil
+}
+
+// pauseImage is the sandbox image nodes use: the configured one, else
+// fke's pause image in the registry nodes pull from.
+func pauseImage(configured, registry string) string {
+	switch {
+	case configured != "":
+		return configured
+	case registry != "":
+		return image.Pause.Ref(registry)
+	default:
+		return DefaultPauseImage
+	}
 }
 
 // hostMemory reads MemTotal, the memory capacity the kubelet reports.
