@@ -30,6 +30,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/client-go/tools/remotecommand"
 
+	"fke.dev/fke/internal/addons"
 	"fke.dev/fke/internal/binaries"
 	"fke.dev/fke/internal/bootstrap"
 	"fke.dev/fke/internal/hostnet"
@@ -119,6 +120,30 @@ func TestLocalNodes(t *testing.T) {
 			if logs := podLogs(t, cs, client.Name); !strings.Contains(logs, "hello from server") {
 				t.Errorf("%s: client logs %q, want the server's answer", name, logs)
 			}
+		}
+	})
+	t.Run("a pod resolves a Service by its DNS name through the cluster DNS", func(t *testing.T) {
+		cm, err := cs.CoreV1().ConfigMaps("kube-system").Get(t.Context(), addons.DNSName, metav1.GetOptions{})
+		if err != nil {
+			t.Fatalf("the cluster DNS is not installed: %v", err)
+		}
+		if corefile := cm.Data["Corefile"]; strings.Contains(corefile, "forward") {
+			t.Errorf("the Corefile forwards outside the cluster:\n%s", corefile)
+		}
+		testenv.Eventually(t, 3*time.Minute, "CoreDNS available", func() error {
+			d, err := cs.AppsV1().Deployments("kube-system").Get(t.Context(), addons.DNSName, metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			if d.Status.AvailableReplicas < 1 {
+				return fmt.Errorf("%d of %d CoreDNS replicas available", d.Status.AvailableReplicas, d.Status.Replicas)
+			}
+			return nil
+		})
+		client := runPod(t, cs, "client-dns", b.Name, "get", "http://"+svc.Name+".default.svc.cluster.local/")
+		waitSucceeded(t, cs, client.Name)
+		if logs := podLogs(t, cs, client.Name); !strings.Contains(logs, "hello from server") {
+			t.Errorf("client logs %q, want the server's answer", logs)
 		}
 	})
 	t.Run("a pod runs an image pulled from fke's registry", func(t *testing.T) {
@@ -386,8 +411,8 @@ func TestLocalNodes(t *testing.T) {
 	})
 }
 
-// waitSystemImages waits until `fke up` has pushed the pause and demo
-// server images to its registry, and returns the registry's address as
+// waitSystemImages waits until `fke up` has pushed the pause, demo server
+// and CoreDNS images to its registry, and returns the registry's address as
 // nodes reach it (the bridge's gateway).
 func waitSystemImages(t *testing.T, e *testenv.Env) string {
 	t.Helper()
@@ -400,7 +425,7 @@ func waitSystemImages(t *testing.T, e *testenv.Env) string {
 		if err != nil {
 			return err
 		}
-		for _, si := range []image.SystemImage{image.Pause, image.DemoServer} {
+		for _, si := range []image.SystemImage{image.Pause, image.DemoServer, image.CoreDNS} {
 			if !strings.Contains(out, si.Name) {
 				return fmt.Errorf("no %s in:\n%s", si.Name, out)
 			}

@@ -34,6 +34,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	fkev1 "fke.dev/fke/api/v1alpha1"
+	"fke.dev/fke/internal/addons"
 	"fke.dev/fke/internal/binaries"
 	"fke.dev/fke/internal/hostnet"
 	"fke.dev/fke/internal/image"
@@ -259,6 +260,9 @@ func (p *Provider) Create(ctx context.Context, cluster nodeprovider.Cluster, spe
 	if err := checkPodCIDR(cluster, all); err != nil {
 		return nodeprovider.Instance{}, err
 	}
+	if err := p.ensureClusterDNS(ctx, cluster); err != nil {
+		return nodeprovider.Instance{}, fmt.Errorf("creating local node for machine %s: %w", spec.MachineName, err)
+	}
 	used, err := p.host.UsedIPs(ctx)
 	if err != nil {
 		return nodeprovider.Instance{}, err
@@ -287,6 +291,21 @@ func (p *Provider) Create(ctx context.Context, cluster nodeprovider.Cluster, spe
 	}
 	p.log.Info("creating local node", "cluster", cluster.Key, "node", nodeName, "ip", ip)
 	return p.instanceLocked(ctx, cluster, r)
+}
+
+// ensureClusterDNS installs CoreDNS (fke's image in the registry) in a
+// cluster that gets a new local node; server-side apply makes it idempotent.
+// Without a registry or an admin config of the cluster (a host joined with
+// `fke node join`) it does nothing.
+func (p *Provider) ensureClusterDNS(ctx context.Context, cluster nodeprovider.Cluster) error {
+	if p.opts.Registry == "" || cluster.Config == nil {
+		return nil
+	}
+	c, err := kubernetes.NewForConfig(cluster.Config)
+	if err != nil {
+		return fmt.Errorf("cluster %s: client: %w", cluster.Key, err)
+	}
+	return addons.EnsureCoreDNS(ctx, c, addons.DNSOptions{Image: image.CoreDNS.Ref(p.opts.Registry), ServiceCIDR: cluster.ServiceCIDR})
 }
 
 // checkPodCIDR refuses a cluster whose pod range overlaps that of another
