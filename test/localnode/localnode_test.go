@@ -171,6 +171,20 @@ func TestLocalNodes(t *testing.T) {
 			ip = p.Status.PodIP
 			return nil
 		})
+		// The node reports the images its containerd holds: the sandbox
+		// image and the demo server, both from the registry.
+		testenv.Eventually(t, time.Minute, "registry images on node "+b.Name, func() error {
+			n, err := cs.CoreV1().Nodes().Get(t.Context(), b.Name, metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			for _, want := range []string{image.Pause.Ref(registry), image.DemoServer.Ref(registry)} {
+				if !nodeHasImage(n, want) {
+					return fmt.Errorf("node %s has no image %s: %v", n.Name, want, n.Status.Images)
+				}
+			}
+			return nil
+		})
 		testenv.Eventually(t, 30*time.Second, "the demo server answers", func() error {
 			resp, err := http.Get("http://" + net.JoinHostPort(ip, "8080") + "/healthz")
 			if err != nil {
@@ -433,6 +447,17 @@ func waitSystemImages(t *testing.T, e *testenv.Env) string {
 		return nil
 	})
 	return net.JoinHostPort(hostnet.Gateway.String(), port)
+}
+
+func nodeHasImage(n *corev1.Node, ref string) bool {
+	for _, im := range n.Status.Images {
+		for _, name := range im.Names {
+			if name == ref {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 func ready(n *corev1.Node) bool {
