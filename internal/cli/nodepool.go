@@ -171,7 +171,7 @@ func createPool(ctx context.Context, c client.Client, np *fkev1.NodePool) error 
 
 func addPoolFlags(cmd *cobra.Command, o *poolOptions) {
 	cmd.Flags().StringVarP(&o.instanceType, "instance-type", "t", "", "instance type of the nodes (see `fke instancetypes`)")
-	cmd.Flags().StringVar(&o.provider, "provider", string(fkev1.ProviderKwok), "node provider: kwok (simulated nodes)")
+	cmd.Flags().StringVar(&o.provider, "provider", string(fkev1.ProviderKwok), "node provider: kwok (simulated nodes) or local (real nodes on this machine; see fke doctor)")
 	cmd.Flags().Int32Var(&o.replicas, "replicas", 1, "number of nodes (fixed size)")
 	cmd.Flags().Int32Var(&o.min, "min", 0, "autoscaling: fewest nodes (0 allows scale to zero)")
 	cmd.Flags().Int32Var(&o.max, "max", 0, "autoscaling: most nodes")

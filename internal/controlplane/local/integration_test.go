@@ -17,6 +17,7 @@ import (
 	"fke.dev/fke/internal/binaries"
 	"fke.dev/fke/internal/controlplane"
 	"fke.dev/fke/internal/controlplane/local"
+	"fke.dev/fke/internal/encryption"
 	"fke.dev/fke/internal/pki"
 	"fke.dev/fke/internal/supervisor"
 	"fke.dev/fke/test/testenv"
@@ -37,6 +38,9 @@ func TestAPIServerAdvertisesNodeAddress(t *testing.T) {
 	}
 	bundle, _, err := pki.EnsureBundle(nil, pki.ControlPlaneSpec{ClusterName: "adv", APIServerIPs: ips})
 	if err != nil {
+		t.Fatal(err)
+	}
+	if bundle[encryption.ConfigFile], err = encryption.New(); err != nil {
 		t.Fatal(err)
 	}
 	free, err := supervisor.FreePorts(5)
