@@ -15,6 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	fkev1 "fke.dev/fke/api/v1alpha1"
+	"fke.dev/fke/internal/nodeutil"
 	"fke.dev/fke/internal/nodeprovider/kwok"
 	"fke.dev/fke/test/testenv"
 )
@@ -226,7 +227,7 @@ func poolConsistent(ctx context.Context, mc client.Client, nodes []corev1.Node, 
 		if byNode[n.Name] == "" || byNode[n.Name] != n.Annotations[kwok.AnnotationMachine] {
 			return fmt.Errorf("node %s belongs to no machine (annotation %q)", n.Name, n.Annotations[kwok.AnnotationMachine])
 		}
-		if nodeReady(n) {
+		if nodeutil.NodeReady(n) {
 			ready++
 		}
 	}

@@ -12,6 +12,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"fke.dev/fke/internal/autoscaler/decide"
+	"fke.dev/fke/internal/nodeutil"
 	"fke.dev/fke/test/testenv"
 )
 
@@ -160,7 +161,7 @@ func snapshotOf(t *testing.T, cs kubernetes.Interface) decide.Snapshot {
 	var s decide.Snapshot
 	for i := range nodes.Items {
 		n := &nodes.Items[i]
-		s.Nodes = append(s.Nodes, decide.NodeInfo{Node: n, Pool: n.Labels["fke.dev/nodepool"], Ready: nodeReady(n), Pods: byNode[n.Name]})
+		s.Nodes = append(s.Nodes, decide.NodeInfo{Node: n, Pool: n.Labels["fke.dev/nodepool"], Ready: nodeutil.NodeReady(n), Pods: byNode[n.Name]})
 	}
 	return s
 }

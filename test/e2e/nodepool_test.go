@@ -15,6 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	fkev1 "fke.dev/fke/api/v1alpha1"
+	"fke.dev/fke/internal/nodeutil"
 	"fke.dev/fke/test/testenv"
 )
 
@@ -103,7 +104,7 @@ func TestNodePools(t *testing.T) {
 		t.Fatalf("want 2 GPU nodes, got %d", len(gpuNodes))
 	}
 	for _, n := range gpuNodes {
-		if !nodeReady(&n) {
+		if !nodeutil.NodeReady(&n) {
 			t.Errorf("node %s not Ready", n.Name)
 		}
 		if got := n.Status.Allocatable["nvidia.com/gpu"]; got.Value() != 8 {
@@ -207,7 +208,7 @@ func TestNodePools(t *testing.T) {
 		nodes := poolNodes(t, cs, "cpu")
 		ready := 0
 		for i := range nodes {
-			if nodeReady(&nodes[i]) {
+			if nodeutil.NodeReady(&nodes[i]) {
 				ready++
 			}
 		}
@@ -250,15 +251,6 @@ func poolNodes(t *testing.T, cs kubernetes.Interface, pool string) []corev1.Node
 		t.Fatal(err)
 	}
 	return list.Items
-}
-
-func nodeReady(n *corev1.Node) bool {
-	for _, c := range n.Status.Conditions {
-		if c.Type == corev1.NodeReady {
-			return c.Status == corev1.ConditionTrue
-		}
-	}
-	return false
 }
 
 func hasGPUTaint(n *corev1.Node) bool {
