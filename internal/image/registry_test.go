@@ -60,6 +60,10 @@ func TestEnsureSystemImages(t *testing.T) {
 	defer srv.Close()
 	reg := image.Registry{Host: strings.TrimPrefix(srv.URL, "http://")}
 	dir := t.TempDir()
+	// Binaries are looked up in $FKE_BIN_DIR and $PATH too (`make test`
+	// sets the former to the built ones): only dir may answer here.
+	t.Setenv(binaries.EnvDir, dir)
+	t.Setenv("PATH", dir)
 	// A static stand-in for the pause binary; the others are missing.
 	if err := os.WriteFile(filepath.Join(dir, binaries.Pause), staticELF(t), 0o755); err != nil {
 		t.Fatal(err)
