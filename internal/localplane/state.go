@@ -120,9 +120,22 @@ func acquireLock(path string) (*os.File, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
-		f.Close()
-		return nil, fmt.Errorf("another fke daemon runs for this data directory: %w", err)
+	// lockHeld probes by taking the lock for an instant (fke up polls it
+	// while its daemon starts): a daemon that meets such a probe tries
+	// again for a while before it concludes that another daemon runs.
+	deadline := time.Now().Add(lockWait)
+	for {
+		err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
+		if err == nil {
+			return f, nil
+		}
+		if !errors.Is(err, syscall.EWOULDBLOCK) || time.Now().After(deadline) {
+			f.Close()
+			return nil, fmt.Errorf("another fke daemon runs for this data directory: %w", err)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
-	return f, nil
 }
+
+// lockWait is how long acquireLock waits out probes of the lock.
+const lockWait = 2 * time.Second
