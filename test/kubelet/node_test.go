@@ -5,8 +5,6 @@
 package kubelet
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -14,7 +12,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"sort"
 	"strconv"
 	"strings"
 	"syscall"
@@ -26,6 +23,7 @@ import (
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
 	"fke.dev/fke/internal/binaries"
+	"fke.dev/fke/internal/nodeprovider/local"
 	"fke.dev/fke/internal/supervisor"
 	"fke.dev/fke/test/testenv"
 )
@@ -377,7 +375,7 @@ func (n *node) cleanup() {
 func unmountUnder(dir string) error {
 	var errs []error
 	for range 3 { // stacked mounts at one point need several passes
-		points, err := mountsUnder(dir)
+		points, err := local.MountsUnder(dir)
 		if err != nil {
 			return err
 		}
@@ -393,52 +391,10 @@ func unmountUnder(dir string) error {
 			}
 		}
 	}
-	if points, err := mountsUnder(dir); err == nil && len(points) > 0 {
+	if points, err := local.MountsUnder(dir); err == nil && len(points) > 0 {
 		errs = append(errs, fmt.Errorf("still mounted: %v", points))
 	}
 	return errors.Join(errs...)
-}
-
-// mountsUnder lists the mount points at or below dir, deepest first.
-func mountsUnder(dir string) ([]string, error) {
-	data, err := os.ReadFile("/proc/self/mountinfo")
-	if err != nil {
-		return nil, fmt.Errorf("reading mountinfo: %w", err)
-	}
-	dir = filepath.Clean(dir)
-	var out []string
-	sc := bufio.NewScanner(bytes.NewReader(data))
-	for sc.Scan() {
-		f := strings.Fields(sc.Text())
-		if len(f) < 5 {
-			continue
-		}
-		p := unescapeMount(f[4])
-		if p == dir || strings.HasPrefix(p, dir+"/") {
-			out = append(out, p)
-		}
-	}
-	sort.Slice(out, func(i, j int) bool { return len(out[i]) > len(out[j]) })
-	return out, nil
-}
-
-// unescapeMount undoes mountinfo's octal escapes (\040 for a space, ...).
-func unescapeMount(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+3 < len(s) {
-			if v, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
-				b.WriteByte(byte(v))
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
 }
 
 func tail(path string, lines int) string {
