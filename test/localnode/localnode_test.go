@@ -37,6 +37,7 @@ import (
 	"fke.dev/fke/internal/image"
 	"fke.dev/fke/internal/manager"
 	"fke.dev/fke/internal/nodeprovider/local"
+	"fke.dev/fke/internal/nodeutil"
 	"fke.dev/fke/test/testenv"
 )
 
@@ -88,7 +89,7 @@ func TestLocalNodes(t *testing.T) {
 		}
 		nodes = nodes[:0]
 		for _, n := range list.Items {
-			if ready(&n) {
+			if nodeutil.NodeReady(&n) {
 				nodes = append(nodes, n)
 			}
 		}
@@ -235,7 +236,7 @@ func TestLocalNodes(t *testing.T) {
 			if err != nil {
 				return err
 			}
-			if !ready(n) {
+			if !nodeutil.NodeReady(n) {
 				return fmt.Errorf("node %s not Ready", n.Name)
 			}
 			return nil
@@ -302,8 +303,8 @@ func TestLocalNodes(t *testing.T) {
 			if err != nil {
 				return err
 			}
-			if !ready(n) || n.Labels["fke.dev/nodepool"] != "metal" {
-				return fmt.Errorf("node %s ready %v labels %v", n.Name, ready(n), n.Labels)
+			if !nodeutil.NodeReady(n) || n.Labels["fke.dev/nodepool"] != "metal" {
+				return fmt.Errorf("node %s ready %v labels %v", n.Name, nodeutil.NodeReady(n), n.Labels)
 			}
 			return nil
 		})
@@ -348,8 +349,8 @@ func TestLocalNodes(t *testing.T) {
 			if err != nil {
 				return err
 			}
-			if !ready(n) || p.Status.Phase != corev1.PodRunning {
-				return fmt.Errorf("node ready %v, pod %s", ready(n), p.Status.Phase)
+			if !nodeutil.NodeReady(n) || p.Status.Phase != corev1.PodRunning {
+				return fmt.Errorf("node ready %v, pod %s", nodeutil.NodeReady(n), p.Status.Phase)
 			}
 			if p.Status.ContainerStatuses[0].ContainerID != before.Status.ContainerStatuses[0].ContainerID || p.Status.ContainerStatuses[0].RestartCount != 0 {
 				return fmt.Errorf("container %s restarts %d, was %s", p.Status.ContainerStatuses[0].ContainerID, p.Status.ContainerStatuses[0].RestartCount, before.Status.ContainerStatuses[0].ContainerID)
@@ -455,15 +456,6 @@ func nodeHasImage(n *corev1.Node, ref string) bool {
 			if name == ref {
 				return true
 			}
-		}
-	}
-	return false
-}
-
-func ready(n *corev1.Node) bool {
-	for _, c := range n.Status.Conditions {
-		if c.Type == corev1.NodeReady {
-			return c.Status == corev1.ConditionTrue
 		}
 	}
 	return false
