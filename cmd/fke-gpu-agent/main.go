@@ -118,6 +118,9 @@ func resolveConfig(cmd *cobra.Command, o *options, flagged config.Config) (confi
 		set("pod-resources-socket", func() { cfg.Metrics.PodResourcesSocket = flagged.Metrics.PodResourcesSocket })
 	}
 	if cfg.NodeName == "" {
+		cfg.NodeName = os.Getenv("NODE_NAME")
+	}
+	if cfg.NodeName == "" {
 		if h, err := os.Hostname(); err == nil {
 			cfg.NodeName = h
 		}

@@ -317,3 +317,22 @@ func resolveDir(root, dir string) (string, error) {
 	}
 	return out, nil
 }
+
+// LibraryPath returns where, seen from this process, the native library
+// soname of the host at root is (e.g. libnvidia-ml.so.1 for an agent in a
+// container that must load the host's NVML from /host).
+func LibraryPath(root, soname string) (string, error) {
+	entries, err := ReadCache(filepath.Join(root, "etc", "ld.so.cache"))
+	if err != nil {
+		return "", err
+	}
+	for _, e := range entries {
+		if e.Name != soname || !e.Native() {
+			continue
+		}
+		if real, err := resolve(root, e.Path); err == nil {
+			return filepath.Join(root, real), nil
+		}
+	}
+	return "", fmt.Errorf("%s is not in the loader cache of %s", soname, root)
+}

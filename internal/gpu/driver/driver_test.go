@@ -152,6 +152,17 @@ func TestEdits(t *testing.T) {
 	}
 }
 
+func TestLibraryPath(t *testing.T) {
+	root := hostRoot(t)
+	got, err := LibraryPath(root, "libnvidia-ml.so.1")
+	if want := filepath.Join(root, "/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.560.35.03"); err != nil || got != want {
+		t.Errorf("LibraryPath = %q, %v; want %q", got, err, want)
+	}
+	if got, err := LibraryPath(root, "libnvidia-nothing.so.1"); err == nil {
+		t.Errorf("a library not in the cache: %q, no error", got)
+	}
+}
+
 func TestResolve(t *testing.T) {
 	root := hostRoot(t)
 	for _, tc := range []struct{ in, want string }{
