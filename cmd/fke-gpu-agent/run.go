@@ -20,6 +20,7 @@ import (
 	"fke.dev/fke/internal/gpu/labels"
 	"fke.dev/fke/internal/gpu/metrics"
 	"fke.dev/fke/internal/gpu/node"
+	"fke.dev/fke/internal/gpu/nvml"
 )
 
 func runAgent(cmd *cobra.Command, o *options, flagged *config.Config) error {
@@ -138,6 +139,9 @@ func runAgent(cmd *cobra.Command, o *options, flagged *config.Config) error {
 		h, err := metrics.Handler(c)
 		if err != nil {
 			return err
+		}
+		if m, ok := lib.(*nvml.Mock); ok {
+			h = nvml.MockControl(m, h) // simulated GPUs: XIDs and lost GPUs on request
 		}
 		g.Go(func() error {
 			return metrics.Serve(ctx, cfg.Metrics.Address, h, func(a net.Addr) {

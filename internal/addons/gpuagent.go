@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -72,6 +73,12 @@ func GPUAgentConfig(o GPUAgentOptions) ([]byte, error) {
 	cfg.DevicePlugin.DriverRoot = gpuAgentHostRoot
 	cfg.DevicePlugin.CDISpecDir = gpuAgentHostRoot + gpuconfig.DefaultCDISpecDir
 	cfg.Metrics.Address = fmt.Sprintf(":%d", gpuAgentMetricsPort)
+	if _, mock := cfg.MockName(); mock {
+		// Simulated GPUs recover as soon as a probe passes: faults injected
+		// in tests and demos clear in seconds, not minutes.
+		cfg.Health.ProbeInterval = metav1.Duration{Duration: 2 * time.Second}
+		cfg.Health.RecoveryHold = metav1.Duration{Duration: 5 * time.Second}
+	}
 	check := cfg
 	check.NodeName = "node" // each agent's $NODE_NAME
 	if err := check.Validate(); err != nil {
