@@ -86,7 +86,20 @@ func newRootCommand() *cobra.Command {
 		},
 	}
 	info.Flags().StringVarP(&o.output, "output", "o", "table", "json or table")
-	root.AddCommand(run, info)
+	var count int
+	allocate := &cobra.Command{
+		Use:   "allocate",
+		Short: "Print what a container allocated --count GPUs gets (devices, driver files, environment), as JSON",
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c, err := resolveConfig(cmd, o, cfg)
+			if err != nil {
+				return err
+			}
+			return printAllocation(cmd.Context(), cmd.OutOrStdout(), c, count)
+		},
+	}
+	allocate.Flags().IntVar(&count, "count", 1, "number of devices to allocate")
+	root.AddCommand(run, info, allocate)
 	return root
 }
 

@@ -155,6 +155,59 @@ func TestLocalGPUNodes(t *testing.T) {
 			return nil
 		})
 	})
+	t.Run("the autoscaler grows a local GPU pool from zero, one node at a time, and removes it when idle", func(t *testing.T) {
+		e.MustRun("nodepool", "create", "gpu/auto", "--provider", "local", "--instance-type", "gpu-h100x8",
+			"--min", "0", "--max", "2", "--scale-down-unneeded-time", "5s")
+		pod := &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: "wants-a-gpu"},
+			Spec: corev1.PodSpec{
+				NodeSelector: map[string]string{fkev1.LabelNodePool: "auto"},
+				Containers: []corev1.Container{{Name: "app", Image: demo,
+					Resources: corev1.ResourceRequirements{Limits: corev1.ResourceList{nodetemplate.ResourceGPU: resource.MustParse("1")}}}},
+			},
+		}
+		if _, err := cs.CoreV1().Pods("default").Create(t.Context(), pod, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		most := 0
+		start := time.Now()
+		testenv.Eventually(t, 3*time.Minute, "the GPU pod running on a new node", func() error {
+			var ms fkev1.MachineList
+			if err := e.Client().List(t.Context(), &ms, client.MatchingLabels{fkev1.LabelNodePool: "auto"}); err != nil {
+				return err
+			}
+			most = max(most, len(ms.Items))
+			p, err := cs.CoreV1().Pods("default").Get(t.Context(), pod.Name, metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			if p.Status.Phase != corev1.PodRunning {
+				return fmt.Errorf("phase %s, %d machines", p.Status.Phase, len(ms.Items))
+			}
+			return nil
+		})
+		t.Logf("FIGURE pending GPU pod -> local GPU node from zero -> pod running: %s", time.Since(start).Round(10*time.Millisecond))
+		if most != 1 {
+			t.Errorf("%d machines at most for one pending pod: a second node was added while the first one's GPUs were coming up", most)
+		}
+		auto := waitGPUs(t, cs, "auto", 8)
+		if err := cs.CoreV1().Pods("default").Delete(t.Context(), pod.Name, metav1.DeleteOptions{GracePeriodSeconds: new(int64)}); err != nil {
+			t.Fatal(err)
+		}
+		testenv.Eventually(t, 3*time.Minute, "the idle GPU node removed with its processes", func() error {
+			var ms fkev1.MachineList
+			if err := e.Client().List(t.Context(), &ms, client.MatchingLabels{fkev1.LabelNodePool: "auto"}); err != nil {
+				return err
+			}
+			if len(ms.Items) != 0 {
+				return fmt.Errorf("%d machines", len(ms.Items))
+			}
+			if pids := processesOf(t, auto.Name); len(pids) > 0 {
+				return fmt.Errorf("processes %v of node %s", pids, auto.Name)
+			}
+			return nil
+		})
+	})
 }
 
 func allocatableGPUs(t *testing.T, cs kubernetes.Interface, node string) int64 {
