@@ -1,6 +1,7 @@
 package localnode
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -53,6 +54,7 @@ func TestLocalGPUNodes(t *testing.T) {
 	start := time.Now()
 	e.MustRun("nodepool", "create", "gpu/h100", "--provider", "local", "--instance-type", "gpu-h100x8", "--replicas", "1")
 	cs := e.Tenant("gpu")
+	t.Cleanup(func() { dumpAgentLogs(t, cs) })
 	node := waitGPUs(t, cs, "h100", 8)
 	t.Logf("FIGURE local GPU pool create -> 8 GPUs allocatable: %s", time.Since(start).Round(10*time.Millisecond))
 	if node.Labels[labels.Simulated] != "true" || node.Labels[labels.Product] != "NVIDIA-H100-80GB-HBM3" {
@@ -208,6 +210,23 @@ func TestLocalGPUNodes(t *testing.T) {
 			return nil
 		})
 	})
+}
+
+// dumpAgentLogs prints the GPU agents' logs when the test failed.
+func dumpAgentLogs(t *testing.T, cs kubernetes.Interface) {
+	if !t.Failed() {
+		return
+	}
+	ctx := context.Background()
+	pods, err := cs.CoreV1().Pods(metav1.NamespaceSystem).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=" + addons.GPUAgentName})
+	if err != nil {
+		t.Logf("listing GPU agents: %v", err)
+		return
+	}
+	for _, p := range pods.Items {
+		data, err := cs.CoreV1().Pods(p.Namespace).GetLogs(p.Name, &corev1.PodLogOptions{}).DoRaw(ctx)
+		t.Logf("---- GPU agent %s on %s (%v) ----\n%s", p.Name, p.Spec.NodeName, err, data)
+	}
 }
 
 func allocatableGPUs(t *testing.T, cs kubernetes.Interface, node string) int64 {
