@@ -25,6 +25,7 @@ import (
 	"fke.dev/fke/internal/addons"
 	"fke.dev/fke/internal/demoserver"
 	"fke.dev/fke/internal/gpu/labels"
+	gpunode "fke.dev/fke/internal/gpu/node"
 	"fke.dev/fke/internal/image"
 	"fke.dev/fke/internal/manager"
 	"fke.dev/fke/internal/nodetemplate"
@@ -156,6 +157,27 @@ func TestLocalGPUNodes(t *testing.T) {
 			}
 			return nil
 		})
+	})
+	t.Run("a health monitor that cannot run shows on the Node", func(t *testing.T) {
+		agent := agentPod(t, cs, node.Name)
+		monitorFailed := func(want corev1.ConditionStatus) func() error {
+			return func() error {
+				n, err := cs.CoreV1().Nodes().Get(t.Context(), node.Name, metav1.GetOptions{})
+				if err != nil {
+					return err
+				}
+				for _, c := range n.Status.Conditions {
+					if c.Type == gpunode.ConditionMonitorFailed && c.Status == want {
+						return nil
+					}
+				}
+				return fmt.Errorf("no %s=%s condition: %v", gpunode.ConditionMonitorFailed, want, n.Status.Conditions)
+			}
+		}
+		httpPost(t, fmt.Sprintf("http://%s:9400/mock/events?fail=true", agent.Status.PodIP))
+		testenv.Eventually(t, 30*time.Second, "GPUHealthMonitorFailed True", monitorFailed(corev1.ConditionTrue))
+		httpPost(t, fmt.Sprintf("http://%s:9400/mock/events?fail=false", agent.Status.PodIP))
+		testenv.Eventually(t, time.Minute, "GPUHealthMonitorFailed False", monitorFailed(corev1.ConditionFalse))
 	})
 	t.Run("the autoscaler grows a local GPU pool from zero, one node at a time, and removes it when idle", func(t *testing.T) {
 		e.MustRun("nodepool", "create", "gpu/auto", "--provider", "local", "--instance-type", "gpu-h100x8",
