@@ -17,6 +17,12 @@ const (
 	ConditionGPUReady = "GPUReady"
 	// ConditionScalingActive is True when a NodePool's size can be changed (not backing off).
 	ConditionScalingActive = "ScalingActive"
+	// ConditionRepairing is True on a Machine that auto-repair replaces; the
+	// reason says why (NodeStartupTimeout, NodeNotReady, GPUUnhealthy).
+	ConditionRepairing = "Repairing"
+	// ConditionRepairBlocked is True on a NodePool whose unhealthy machines
+	// are left alone (too many unhealthy at once, or backing off).
+	ConditionRepairBlocked = "RepairBlocked"
 )
 
 // Condition reasons shared by several kinds.
@@ -32,8 +38,10 @@ const (
 	ReasonNodeNotFound       = "NodeNotFound"
 	ReasonNodeNotReady       = "NodeNotReady"
 	ReasonGPUsNotAllocatable = "GPUsNotAllocatable"
-	ReasonNoGPUs             = "NoGPUs"
-	ReasonScaling            = "Scaling"
+	// ReasonGPUHealthMonitorFailed: the node's GPU agent cannot watch its GPUs' health.
+	ReasonGPUHealthMonitorFailed = "GPUHealthMonitorFailed"
+	ReasonNoGPUs                 = "NoGPUs"
+	ReasonScaling                = "Scaling"
 	// ReasonInsufficientCapacity: the provider cannot make the instance type now.
 	ReasonInsufficientCapacity = "InsufficientCapacity"
 	// ReasonGPUAgentFailed: fke could not install the GPU agent of a pool of real GPU nodes.
@@ -55,6 +63,9 @@ const (
 	// AnnotationScaleDown marks a Machine the autoscaler chose to remove; the
 	// nodepool controller removes such machines first.
 	AnnotationScaleDown = "fke.dev/scale-down"
+	// AnnotationRepairs on a NodePool lists its recent auto-repairs (unix
+	// seconds, oldest first) for the repair backoff.
+	AnnotationRepairs = "fke.dev/repairs"
 	// AnnotationRenamedFrom on a NodePool names the pool object it was
 	// renamed from when per-cluster pool names came in.
 	AnnotationRenamedFrom = "fke.dev/renamed-from"

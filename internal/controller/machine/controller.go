@@ -238,7 +238,15 @@ func (r *Reconciler) observe(ctx context.Context, m *fkev1.Machine, it *fkev1.In
 	if err != nil && !apierrors.IsNotFound(err) {
 		return ctrl.Result{}, err
 	}
-	st := Observe(node, apierrors.IsNotFound(err), nodetemplate.GPUCount(it))
+	want := nodetemplate.GPUCount(it)
+	if m.Spec.Provider == fkev1.ProviderLocal {
+		// fke's GPU agent advertises each GPU once per time-slicing replica
+		// (simulated kwok nodes keep the instance type's count).
+		if np, perr := r.pool(ctx, m); perr == nil {
+			want *= np.GPUReplicas()
+		}
+	}
+	st := Observe(node, apierrors.IsNotFound(err), want)
 	m.Status.GPUAllocatable = st.GPUAllocatable
 	setCondition(m, fkev1.ConditionRegistered, st.Registered.Status, st.Registered.Reason, st.Registered.Message)
 	setCondition(m, fkev1.ConditionGPUReady, st.GPUReady.Status, st.GPUReady.Reason, st.GPUReady.Message)
