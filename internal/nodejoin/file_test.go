@@ -26,9 +26,9 @@ func TestBootstrapFile(t *testing.T) {
 		data string
 		want string
 	}{
-		"not a bootstrap file": {"kind: Pod\napiVersion: v1\n", "write it with `fke node bootstrap-file`"},
-		"unknown field":        {"kind: NodeBootstrap\nfoo: bar\n", "unknown field"},
-		"http server":          {strings.Replace(string(data), "https://", "http://", 1), "want an https URL"},
+		"not a bootstrap file":  {"kind: Pod\napiVersion: v1\n", "write it with `fke node bootstrap-file`"},
+		"unknown field":         {"kind: NodeBootstrap\nfoo: bar\n", "unknown field"},
+		"http server":           {strings.Replace(string(data), "https://", "http://", 1), "want an https URL"},
 		"registry without port": {strings.Replace(string(data), "172.29.0.1:5000", "172.29.0.1", 1), "want host:port"},
 	} {
 		if _, err := ParseBootstrapFile([]byte(tc.data)); err == nil || !strings.Contains(err.Error(), tc.want) {
