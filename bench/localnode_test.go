@@ -1,0 +1,288 @@
+package bench
+
+import (
+	"crypto/rand"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
+	"fke.dev/fke/internal/binaries"
+	"fke.dev/fke/internal/hostnet"
+	"fke.dev/fke/internal/image"
+	"fke.dev/fke/internal/nodeprovider/local"
+	"fke.dev/fke/internal/nodeutil"
+	"fke.dev/fke/test/testenv"
+)
+
+// BenchmarkLocalNode measures real local nodes (kubelet, containerd and
+// kube-proxy in their own namespaces): `fke nodepool create` of a pool of
+// one node → its Node Ready (three pools, one after the other); pod create
+// → Running with its image already on the node (five pods); create →
+// Running of a pod whose ~20 MB image is pulled from fke's registry (three
+// images), with the kubelet's own pull time; and the resident memory of
+// each idle node (kubelet + containerd + kube-proxy).
+//
+//	flock /tmp/fke-localnode.lock go test ./bench -run '^$' -bench LocalNode -benchtime 1x -v
+func BenchmarkLocalNode(b *testing.B) {
+	checks := local.Checks(b.Context(), binaries.Finder{Dir: testenv.BinDir(b)}, hostnet.New(nil, nil))
+	if err := local.Unavailable(checks); err != nil {
+		b.Skipf("local nodes cannot run here: %v", err)
+	}
+	e := testenv.Up(b)
+	e.MustRun("cluster", "create", "demo", "--wait")
+	registry := benchRegistry(b, e)
+	cs := e.Tenant("demo")
+
+	const pools = 3
+	var ready []time.Duration
+	var nodes []string
+	for i := range pools {
+		pool := fmt.Sprintf("bench%d", i)
+		start := time.Now()
+		e.MustRun("nodepool", "create", "demo/"+pool, "--provider", "local", "--instance-type", "cpu-small", "--replicas", "1")
+		var registered time.Duration
+		var node string
+		benchEventually(b, 3*time.Minute, "node of pool "+pool+" Ready", func() error {
+			list, err := cs.CoreV1().Nodes().List(b.Context(), metav1.ListOptions{LabelSelector: "fke.dev/nodepool=" + pool})
+			if err != nil || len(list.Items) == 0 {
+				return fmt.Errorf("no node yet (%v)", err)
+			}
+			if registered == 0 {
+				registered = time.Since(start)
+			}
+			if !nodeutil.NodeReady(&list.Items[0]) {
+				return fmt.Errorf("node %s not Ready", list.Items[0].Name)
+			}
+			node = list.Items[0].Name
+			return nil
+		})
+		d := time.Since(start)
+		ready = append(ready, d)
+		nodes = append(nodes, node)
+		b.Logf("pool %s: node %s registered after %s, Ready after %s", pool, node, registered.Round(10*time.Millisecond), d.Round(10*time.Millisecond))
+	}
+	b.ReportMetric(median(ready).Seconds(), "s-median-pool-to-ready")
+	b.ReportMetric(slices.Max(ready).Seconds(), "s-max-pool-to-ready")
+
+	// Pods on the first node: warm it up (sandbox and demo-server images
+	// pulled once), then time pods whose image is there.
+	node := nodes[0]
+	demo := image.DemoServer.Ref(registry)
+	benchPod(b, cs, "warm", node, demo)
+	var running []time.Duration
+	for i := range 5 {
+		running = append(running, benchPod(b, cs, fmt.Sprintf("present-%d", i), node, demo))
+	}
+	b.ReportMetric(median(running).Seconds(), "s-median-pod-running")
+	b.ReportMetric(slices.Max(running).Seconds(), "s-max-pod-running")
+	b.Logf("pod create -> Running, image on the node: %v", running)
+
+	// ~20 MB images (the demo server and incompressible filler), each new
+	// to the node.
+	var pulls, pulled []time.Duration
+	var size int64
+	for i := range 3 {
+		ref, n := pushBigImage(b, e, registry, fmt.Sprintf("bench/big:%d", i))
+		size = n
+		pulls = append(pulls, benchPod(b, cs, fmt.Sprintf("pull-%d", i), node, ref))
+		pulled = append(pulled, kubeletPullTime(b, cs, fmt.Sprintf("pull-%d", i)))
+	}
+	b.ReportMetric(float64(size)/1e6, "MB-image")
+	b.ReportMetric(median(pulls).Seconds(), "s-median-pod-running-with-pull")
+	b.ReportMetric(median(pulled).Seconds(), "s-median-kubelet-pull")
+	b.Logf("image of %.1f MB: pod create -> Running %v; the kubelet's pull times %v", float64(size)/1e6, pulls, pulled)
+
+	// Idle memory: the nodes settle, then RSS per node.
+	for _, p := range []string{"warm", "present-0", "present-1", "present-2", "present-3", "present-4", "pull-0", "pull-1", "pull-2"} {
+		if err := cs.CoreV1().Pods("default").Delete(b.Context(), p, metav1.DeleteOptions{}); err != nil {
+			b.Error(err)
+		}
+	}
+	time.Sleep(20 * time.Second) // a settling period, not a wait for state
+	var rss []float64
+	for _, n := range nodes {
+		mb, procs := nodeRSSMB(b, n)
+		rss = append(rss, mb)
+		b.Logf("node %s idle: %.0f MB RSS (%s)", n, mb, procs)
+	}
+	var sum float64
+	for _, v := range rss {
+		sum += v
+	}
+	b.ReportMetric(sum/float64(len(rss)), "MB-rss-per-idle-node")
+	b.Logf("pool create -> node Ready: %v", ready)
+}
+
+// benchRegistry waits for fke's system images and returns the registry as
+// nodes reach it.
+func benchRegistry(b *testing.B, e *testenv.Env) string {
+	b.Helper()
+	_, port, ok := strings.Cut(e.State().Registry, ":")
+	if !ok {
+		b.Fatalf("fke up runs no registry: %s", e.State().RegistryError)
+	}
+	benchEventually(b, 2*time.Minute, "system images in the registry", func() error {
+		out, err := e.Run("image", "list")
+		if err != nil {
+			return err
+		}
+		for _, si := range []image.SystemImage{image.Pause, image.DemoServer, image.CoreDNS} {
+			if !strings.Contains(out, si.Name) {
+				return fmt.Errorf("no %s in:\n%s", si.Name, out)
+			}
+		}
+		return nil
+	})
+	return net.JoinHostPort(hostnet.Gateway.String(), port)
+}
+
+// benchPod creates a pod of ref on node and returns the time until the
+// API shows it Running (polled every 20 ms).
+func benchPod(b *testing.B, cs kubernetes.Interface, name, node, ref string) time.Duration {
+	b.Helper()
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: corev1.PodSpec{
+			NodeName:                      node,
+			TerminationGracePeriodSeconds: new(int64),
+			Containers:                    []corev1.Container{{Name: "app", Image: ref, ImagePullPolicy: corev1.PullIfNotPresent}},
+		},
+	}
+	start := time.Now()
+	if _, err := cs.CoreV1().Pods("default").Create(b.Context(), pod, metav1.CreateOptions{}); err != nil {
+		b.Fatal(err)
+	}
+	deadline := start.Add(2 * time.Minute)
+	for {
+		p, err := cs.CoreV1().Pods("default").Get(b.Context(), name, metav1.GetOptions{})
+		if err == nil && p.Status.Phase == corev1.PodRunning {
+			return time.Since(start)
+		}
+		if time.Now().After(deadline) {
+			b.Fatalf("pod %s not Running after 2m: %v %+v", name, err, p.Status)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// pushBigImage pushes an image of about 20 MB (the demo server plus
+// random, incompressible filler) and returns its reference as nodes name
+// it and its compressed size.
+func pushBigImage(b *testing.B, e *testenv.Env, registry, name string) (string, int64) {
+	b.Helper()
+	files, err := image.BinaryFiles(filepath.Join(filepath.Dir(e.Fke), binaries.DemoServer), image.DemoServer.Path)
+	if err != nil {
+		b.Fatal(err)
+	}
+	var have int
+	for _, f := range files {
+		have += len(f.Data)
+	}
+	filler := make([]byte, max(20_000_000-have, 1_000_000))
+	if _, err := rand.Read(filler); err != nil {
+		b.Fatal(err)
+	}
+	files = append(files, image.File{Path: "/data/filler", Data: filler})
+	img, err := image.Build(image.Spec{Files: files, Entrypoint: []string{image.DemoServer.Path}, User: image.DemoServer.User})
+	if err != nil {
+		b.Fatal(err)
+	}
+	if _, err := (image.Registry{Host: e.State().Registry}).Push(b.Context(), name, img); err != nil {
+		b.Fatal(err)
+	}
+	layers, err := img.Layers()
+	if err != nil {
+		b.Fatal(err)
+	}
+	var size int64
+	for _, l := range layers {
+		n, err := l.Size()
+		if err != nil {
+			b.Fatal(err)
+		}
+		size += n
+	}
+	return registry + "/" + name, size
+}
+
+var pulledIn = regexp.MustCompile(`Successfully pulled image "[^"]+" in ([0-9.]+m?s)`)
+
+// kubeletPullTime reads the pull time the kubelet reports in pod's Pulled event.
+func kubeletPullTime(b *testing.B, cs kubernetes.Interface, pod string) time.Duration {
+	b.Helper()
+	var d time.Duration
+	benchEventually(b, 30*time.Second, "Pulled event of "+pod, func() error {
+		evs, err := cs.CoreV1().Events("default").List(b.Context(), metav1.ListOptions{FieldSelector: "involvedObject.name=" + pod})
+		if err != nil {
+			return err
+		}
+		for _, ev := range evs.Items {
+			if m := pulledIn.FindStringSubmatch(ev.Message); ev.Reason == "Pulled" && m != nil {
+				d, err = time.ParseDuration(m[1])
+				return err
+			}
+		}
+		return fmt.Errorf("no Pulled event with a time among %d events", len(evs.Items))
+	})
+	return d
+}
+
+// nodeRSSMB sums VmRSS of the node's kubelet, containerd and kube-proxy:
+// the processes whose command line names the node (its kubelet's
+// --hostname-override, the configuration files under its directory).
+func nodeRSSMB(b *testing.B, node string) (float64, string) {
+	b.Helper()
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		b.Fatal(err)
+	}
+	var total float64
+	var names []string
+	for _, en := range entries {
+		pid, err := strconv.Atoi(en.Name())
+		if err != nil || pid == os.Getpid() {
+			continue
+		}
+		cmdline, err := os.ReadFile(filepath.Join("/proc", en.Name(), "cmdline"))
+		if err != nil || !strings.Contains(string(cmdline), "/"+node+"/") && !strings.Contains(string(cmdline), "="+node+"\x00") {
+			continue
+		}
+		mb := rssMB(pid)
+		total += mb
+		names = append(names, fmt.Sprintf("%s %.0f MB", filepath.Base(strings.Split(string(cmdline), "\x00")[0]), mb))
+	}
+	return total, strings.Join(names, ", ")
+}
+
+func median(ds []time.Duration) time.Duration {
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	return s[len(s)/2]
+}
+
+// benchEventually polls cond every 20 ms until it returns nil or timeout passes.
+func benchEventually(b *testing.B, timeout time.Duration, what string, cond func() error) {
+	b.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		err := cond()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			b.Fatalf("%s: not true after %s: %v", what, timeout, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
