@@ -1,15 +1,19 @@
 package bench
 
 import (
+	"context"
 	"crypto/rand"
 	"fmt"
 	"net"
+	"net/netip"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -109,18 +113,20 @@ func BenchmarkLocalNode(b *testing.B) {
 			b.Error(err)
 		}
 	}
+	anchor := startAnchor(b, e, cs, registry)
 	time.Sleep(20 * time.Second) // a settling period, not a wait for state
-	var rss []float64
+	var sum, sumNoProxy float64
 	for _, n := range nodes {
-		mb, procs := nodeRSSMB(b, n)
-		rss = append(rss, mb)
+		mb, byBinary, procs := nodeRSSMB(b, n)
+		sum += mb
+		sumNoProxy += mb - byBinary[local.KubeProxy]
 		b.Logf("node %s idle: %.0f MB RSS (%s)", n, mb, procs)
 	}
-	var sum float64
-	for _, v := range rss {
-		sum += v
-	}
-	b.ReportMetric(sum/float64(len(rss)), "MB-rss-per-idle-node")
+	b.ReportMetric(sum/float64(len(nodes)), "MB-rss-per-idle-node")
+	b.ReportMetric(sumNoProxy/float64(len(nodes)), "MB-rss-per-idle-node-without-kube-proxy")
+	amb, aprocs := anchor.rss()
+	b.ReportMetric(amb, "MB-rss-anchor-kubelet-containerd")
+	b.Logf("anchor (kubelet + containerd by hand): %.0f MB RSS (%s)", amb, aprocs)
 	b.Logf("pool create -> node Ready: %v", ready)
 }
 
@@ -241,13 +247,13 @@ func kubeletPullTime(b *testing.B, cs kubernetes.Interface, pod string) time.Dur
 // nodeRSSMB sums VmRSS of the node's kubelet, containerd and kube-proxy:
 // the processes whose command line names the node (its kubelet's
 // --hostname-override, the configuration files under its directory).
-func nodeRSSMB(b *testing.B, node string) (float64, string) {
+func nodeRSSMB(b *testing.B, node string) (total float64, byBinary map[string]float64, procs string) {
 	b.Helper()
 	entries, err := os.ReadDir("/proc")
 	if err != nil {
 		b.Fatal(err)
 	}
-	var total float64
+	byBinary = map[string]float64{}
 	var names []string
 	for _, en := range entries {
 		pid, err := strconv.Atoi(en.Name())
@@ -260,9 +266,11 @@ func nodeRSSMB(b *testing.B, node string) (float64, string) {
 		}
 		mb := rssMB(pid)
 		total += mb
-		names = append(names, fmt.Sprintf("%s %.0f MB", filepath.Base(strings.Split(string(cmdline), "\x00")[0]), mb))
+		bin := filepath.Base(strings.Split(string(cmdline), "\x00")[0])
+		byBinary[bin] += mb
+		names = append(names, fmt.Sprintf("%s %.0f MB", bin, mb))
 	}
-	return total, strings.Join(names, ", ")
+	return total, byBinary, strings.Join(names, ", ")
 }
 
 func median(ds []time.Duration) time.Duration {
@@ -285,4 +293,153 @@ func benchEventually(b *testing.B, timeout time.Duration, what string, cond func
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// anchorNode is a kubelet and a containerd started by hand as kubeadm lays
+// them out (/var/lib/kubelet, /run/containerd, in this host's network
+// namespace), joined to the same cluster with its admin kubeconfig and the
+// same configurations as fke's nodes, without kube-proxy and without the
+// kubelet's iptables chains (it shares the host's tables). A private mount
+// namespace only keeps those two directories off the host.
+type anchorNode struct {
+	cmd *exec.Cmd
+	dir string
+}
+
+const anchorName = "bench-anchor"
+
+// startAnchor starts the anchor node; its cleanup stops it and removes its
+// files, cgroups and Node.
+func startAnchor(b *testing.B, e *testenv.Env, cs kubernetes.Interface, registry string) *anchorNode {
+	b.Helper()
+	dir, err := os.MkdirTemp("", "fke-anchor-")
+	if err != nil {
+		b.Fatal(err)
+	}
+	l := local.Layout{Dir: dir}
+	for _, d := range l.Dirs() {
+		if err := os.MkdirAll(d, 0o750); err != nil {
+			b.Fatal(err)
+		}
+	}
+	cgroup := local.CgroupParent + "/" + anchorName
+	if err := local.EnsureCgroup(cgroup); err != nil {
+		b.Fatal(err)
+	}
+	// Tainted so that nothing of the cluster lands on it.
+	kubelet, err := local.KubeletConfig(l, local.KubeletSpec{NodeIP: hostnet.Gateway, CgroupRoot: cgroup, MaxPods: 110,
+		Taints: []corev1.Taint{{Key: "fke.dev/bench-anchor", Effect: corev1.TaintEffectNoSchedule}}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	// A pod network that no pod uses: the runtime reports its network ready.
+	cni, err := local.CNIConfig(l, netip.MustParsePrefix("10.254.254.0/24"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	kubelet = append(kubelet, []byte("makeIPTablesUtilChains: false\n")...)
+	files := map[string][]byte{
+		l.ContainerdConfig():  []byte(local.ContainerdConfig(l, local.ContainerdSpec{PauseImage: image.Pause.Ref(registry), Registry: registry})),
+		l.KubeletConfig():     kubelet,
+		l.KubeletKubeconfig(): []byte(e.MustRun("kubeconfig", "demo")),
+		l.CA():                e.TenantConfig("demo").CAData,
+		filepath.Join(l.CNIConf(), "10-fke.conflist"): cni,
+	}
+	for p, data := range files {
+		if err := os.MkdirAll(filepath.Dir(p), 0o750); err != nil {
+			b.Fatal(err)
+		}
+		if err := os.WriteFile(p, data, 0o600); err != nil {
+			b.Fatal(err)
+		}
+	}
+	kubeletBin, err := binaries.Finder{Dir: e.BinDir}.Path(binaries.Kubelet)
+	if err != nil {
+		b.Fatal(err)
+	}
+	_, runExisted := os.Stat(local.ContainerdStateDir)
+	script := fmt.Sprintf(`set -e
+mkdir -p /var/lib/kubelet %[6]s %[12]s
+mount --bind %[1]s /var/lib/kubelet
+mount --bind %[2]s %[6]s
+mount --bind %[13]s %[12]s
+containerd --config %[3]s >%[4]s/containerd.log 2>&1 &
+while [ ! -S %[6]s/containerd.sock ]; do sleep 0.05; done
+exec %[5]s --config=%[7]s --kubeconfig=%[8]s --root-dir=/var/lib/kubelet --cert-dir=%[9]s --hostname-override=%[10]s --node-ip=%[11]s --v=1 >%[4]s/kubelet.log 2>&1
+`, l.KubeletDir(), l.ContainerdState(), l.ContainerdConfig(), dir, kubeletBin, local.ContainerdStateDir,
+		l.KubeletConfig(), l.KubeletKubeconfig(), l.KubeletCertDir(), anchorName, hostnet.Gateway, local.CNIConfDir, l.CNIConf())
+	cmd := exec.Command("unshare", "--mount", "--propagation", "private", "sh", "-c", script)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		b.Fatal(err)
+	}
+	a := &anchorNode{cmd: cmd, dir: dir}
+	b.Cleanup(func() {
+		// The process group is this benchmark's own child and what it started.
+		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGTERM)
+		_ = cmd.Wait()
+		for _, p := range a.pids() {
+			_ = syscall.Kill(p, syscall.SIGKILL)
+		}
+		if err := cs.CoreV1().Nodes().Delete(context.Background(), anchorName, metav1.DeleteOptions{}); err != nil {
+			b.Logf("deleting node %s: %v", anchorName, err)
+		}
+		benchEventually(b, 30*time.Second, "anchor processes gone", func() error {
+			if p := a.pids(); len(p) > 0 {
+				return fmt.Errorf("processes %v", p)
+			}
+			return nil
+		})
+		if err := local.RemoveCgroup(cgroup); err != nil {
+			b.Error(err)
+		}
+		if runExisted != nil {
+			_ = os.Remove(local.ContainerdStateDir) // made by the script
+		}
+		if err := os.RemoveAll(dir); err != nil {
+			b.Error(err)
+		}
+	})
+	benchEventually(b, 2*time.Minute, "node "+anchorName+" Ready", func() error {
+		n, err := cs.CoreV1().Nodes().Get(b.Context(), anchorName, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if !nodeutil.NodeReady(n) {
+			return fmt.Errorf("node %s not Ready", anchorName)
+		}
+		return nil
+	})
+	return a
+}
+
+// pids returns the anchor's processes: its kubelet (the script's process,
+// which execs it) and its containerd.
+func (a *anchorNode) pids() []int {
+	entries, _ := os.ReadDir("/proc")
+	var out []int
+	for _, en := range entries {
+		pid, err := strconv.Atoi(en.Name())
+		if err != nil {
+			continue
+		}
+		cmdline, err := os.ReadFile(filepath.Join("/proc", en.Name(), "cmdline"))
+		if err == nil && strings.Contains(string(cmdline), a.dir+"/") && pid != os.Getpid() {
+			out = append(out, pid)
+		}
+	}
+	return out
+}
+
+// rss sums the anchor's VmRSS.
+func (a *anchorNode) rss() (float64, string) {
+	var total float64
+	var names []string
+	for _, pid := range a.pids() {
+		cmdline, _ := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "cmdline"))
+		mb := rssMB(pid)
+		total += mb
+		names = append(names, fmt.Sprintf("%s %.0f MB", filepath.Base(strings.Split(string(cmdline), "\x00")[0]), mb))
+	}
+	return total, strings.Join(names, ", ")
 }
