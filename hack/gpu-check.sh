@@ -3,11 +3,17 @@
 #
 # Builds the agent, prints `info -o json` from the real NVML backend, then
 # starts the agent with metrics only (no kubelet, no Kubernetes API), scrapes
-# /metrics once and checks the DCGM series are there. Needs an NVIDIA driver;
-# no Kubernetes. Takes well under a minute after the build.
+# /metrics once and checks the DCGM series are there. Then the container
+# check: the agent's answer for an allocation of one GPU (`allocate`) becomes
+# an OCI bundle (hack/gpu-check/bundle) run with runc, in which nvidia-smi -L
+# must list exactly that GPU; a container given no GPU must see no NVIDIA
+# device and no driver library. Needs an NVIDIA driver; no Kubernetes. Takes
+# well under a minute after the build.
 #
 # Environment: GO (default go), METRICS_PORT (default 19400), OUT (default a temp dir),
-# FKE_GPU_AGENT (a prebuilt agent binary: no Go toolchain needed then).
+# FKE_GPU_AGENT (a prebuilt agent binary: no Go toolchain needed then),
+# FKE_GPU_BUNDLE (a prebuilt static bundle tool), RUNC (default runc from PATH;
+# the container check is skipped, and says so, without runc or the bundle tool).
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
@@ -75,4 +81,47 @@ for m in DCGM_FI_DEV_GPU_UTIL DCGM_FI_DEV_FB_USED DCGM_FI_DEV_FB_FREE DCGM_FI_DE
 done
 log "agent log:"
 cat "$OUT/agent.log" >&2
+
+# --- container check -------------------------------------------------------
+RUNC=${RUNC:-$(command -v runc || true)}
+BUNDLE=${FKE_GPU_BUNDLE:-}
+if [[ -z "$BUNDLE" ]] && command -v "$GO" >/dev/null; then
+	BUNDLE="$OUT/bundle"
+	CGO_ENABLED=0 timeout 300 "$GO" build -o "$BUNDLE" ./hack/gpu-check/bundle || fail "building the bundle tool failed"
+fi
+if [[ -z "$RUNC" || -z "$BUNDLE" ]]; then
+	log "SKIP container check: no runc (set RUNC) or bundle tool (set FKE_GPU_BUNDLE)"
+	log "PASS (outputs in $OUT)"
+	exit 0
+fi
+SMI=$(command -v nvidia-smi || true)
+[[ -n "$SMI" ]] || fail "container check needs the host's nvidia-smi"
+log "allocate --count 1 (the device plugin's answer, real driver)"
+timeout 60 "$BIN" allocate --backend real --node-api=false --count 1 | tee "$OUT/alloc.json" || fail "allocate failed"
+want=$(sed -n 's/.*"\(GPU-[0-9a-f-]*\)".*/\1/p' "$OUT/alloc.json" | head -1)
+[[ -n "$want" ]] || fail "allocation names no GPU"
+grep -q '"container_path": "/dev/nvidia[0-9]' "$OUT/alloc.json" || fail "allocation carries no GPU device node"
+grep -q 'libnvidia-ml.so' "$OUT/alloc.json" || fail "allocation carries no libnvidia-ml"
+
+run_container() { # NAME BUNDLE-ARGS... -- COMMAND...
+	local name=$1; shift
+	rm -rf "$OUT/$name"
+	"$BUNDLE" --dir "$OUT/$name" "$@" || fail "bundle $name failed"
+	timeout 60 "$RUNC" --root "$OUT/runc-state" run --bundle "$OUT/$name" "fke-gpu-check-$name-$$" >"$OUT/$name.out" 2>&1
+	local rc=$?
+	cat "$OUT/$name.out"
+	"$RUNC" --root "$OUT/runc-state" delete -f "fke-gpu-check-$name-$$" >/dev/null 2>&1 || true
+	return $rc
+}
+log "container given $want: nvidia-smi -L"
+run_container gpu --allocation "$OUT/alloc.json" --with "$SMI" -- /usr/bin/nvidia-smi -L || fail "nvidia-smi in the container failed"
+listed=$(grep -c '^GPU [0-9]' "$OUT/gpu.out" || true)
+[[ "$listed" == 1 ]] || fail "the container lists $listed GPUs, want exactly 1"
+grep -q "$want" "$OUT/gpu.out" || fail "the container lists another GPU than $want"
+log "container given $want: what it sees"
+run_container gpu-inspect --allocation "$OUT/alloc.json" -- /check inspect || fail "inspect failed"
+log "container given no GPU: what it sees"
+run_container none -- /check inspect || fail "inspect failed"
+grep -q '"devices": null' "$OUT/none.out" || fail "a container without GPUs sees NVIDIA devices"
+grep -q '"nvml": null' "$OUT/none.out" || fail "a container without GPUs sees the driver's NVML library"
 log "PASS (outputs in $OUT)"

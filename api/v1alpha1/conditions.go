@@ -36,6 +36,8 @@ const (
 	ReasonScaling            = "Scaling"
 	// ReasonInsufficientCapacity: the provider cannot make the instance type now.
 	ReasonInsufficientCapacity = "InsufficientCapacity"
+	// ReasonGPUAgentFailed: fke could not install the GPU agent of a pool of real GPU nodes.
+	ReasonGPUAgentFailed = "GPUAgentFailed"
 	// ReasonProvisionFailed: the provider failed to make the instance.
 	ReasonProvisionFailed = "ProvisionFailed"
 	// ReasonAddonsNotReady: a Cluster's addons are not installed or ready.

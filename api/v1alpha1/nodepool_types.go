@@ -92,10 +92,33 @@ type NodePoolSpec struct {
 	// +optional
 	DisableGPUTaint bool `json:"disableGPUTaint,omitempty"`
 
+	// GPU configures how the GPUs of a GPU instance type are offered to pods
+	// (fke's GPU agent on each node). Changing it reconfigures the agent on
+	// the pool's nodes without replacing them. Ignored for CPU types.
+	// +optional
+	GPU *NodePoolGPU `json:"gpu,omitempty"`
+
 	// Upgrade bounds how nodes are replaced when the template changes.
 	// +kubebuilder:default={}
 	// +optional
 	Upgrade NodePoolUpgrade `json:"upgrade,omitempty"`
+}
+
+// NodePoolGPU is how a pool's GPUs are shared and advertised.
+type NodePoolGPU struct {
+	// TimeSlicingReplicas advertises each GPU this many times, so that as
+	// many pods share it by time-slicing (nvidia.com/gpu.replicas). 1 (the
+	// default) shares nothing.
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=64
+	// +optional
+	TimeSlicingReplicas int32 `json:"timeSlicingReplicas,omitempty"`
+
+	// MIGStrategy says how MIG devices are advertised: none (whole GPUs),
+	// single (MIG devices as nvidia.com/gpu) or mixed (nvidia.com/mig-<profile>).
+	// +kubebuilder:validation:Enum=none;single;mixed
+	// +optional
+	MIGStrategy string `json:"migStrategy,omitempty"`
 }
 
 // NodePoolAutoscaling configures the node autoscaler for one pool.

@@ -66,7 +66,8 @@ func newFixture(b *testing.B, ts *config.TimeSlicing) *fixture {
 	if err != nil {
 		b.Fatal(err)
 	}
-	f.plugin = deviceplugin.NewPlugin(res[0], deviceplugin.TopologyOf(f.devs), config.AllocationSpread, config.DeviceListEnvvar, f.monitor, filepath.Join(tempDir(b), "p.sock"), quietLog())
+	f.plugin = deviceplugin.NewPlugin(res[0], deviceplugin.TopologyOf(f.devs), filepath.Join(tempDir(b), "p.sock"),
+		deviceplugin.ManagerOptions{Policy: config.AllocationSpread, Strategy: config.DeviceListEnvvar, Health: f.monitor, Log: quietLog()})
 	if err := f.plugin.Start(); err != nil {
 		b.Fatal(err)
 	}

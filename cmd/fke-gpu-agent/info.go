@@ -8,6 +8,7 @@ import (
 	"text/tabwriter"
 
 	"fke.dev/fke/internal/gpu/config"
+	"fke.dev/fke/internal/gpu/driver"
 	"fke.dev/fke/internal/gpu/nvml"
 )
 
@@ -61,7 +62,16 @@ func discover(ctx context.Context, cfg config.Config) (lib nvml.Interface, sys n
 	if err != nil {
 		return nil, sys, nil, err
 	}
-	lib, err = nvml.Open(ctx, cfg.Backend, cfg.NodeName, mig)
+	if _, isMock := cfg.MockName(); !isMock && cfg.DevicePlugin.DriverRoot != "/" {
+		// In a container: load the host's NVML from where the host is mounted.
+		path, perr := driver.LibraryPath(cfg.DevicePlugin.DriverRoot, "libnvidia-ml.so.1")
+		if perr != nil {
+			return nil, sys, nil, &nvml.ErrNoDriver{Err: perr}
+		}
+		lib, err = nvml.NewReal(path)
+	} else {
+		lib, err = nvml.Open(ctx, cfg.Backend, cfg.NodeName, mig)
+	}
 	if err != nil {
 		return nil, sys, nil, fmt.Errorf("opening NVML backend %s: %w", cfg.Backend, err)
 	}

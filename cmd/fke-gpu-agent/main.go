@@ -56,6 +56,8 @@ func newRootCommand() *cobra.Command {
 	f.StringVar((*string)(&cfg.MIGStrategy), "mig-strategy", string(cfg.MIGStrategy), "MIG strategy: none, single or mixed")
 	f.StringVar((*string)(&cfg.DevicePlugin.AllocationPolicy), "allocation-policy", string(cfg.DevicePlugin.AllocationPolicy), "preferred allocation: packed or spread")
 	f.StringVar((*string)(&cfg.DevicePlugin.DeviceListStrategy), "device-list-strategy", string(cfg.DevicePlugin.DeviceListStrategy), "how devices reach containers: envvar or cdi")
+	f.StringVar(&cfg.DevicePlugin.DriverRoot, "driver-root", cfg.DevicePlugin.DriverRoot, "where the host's root filesystem is seen (to find the driver's device nodes and libraries)")
+	f.StringVar(&cfg.DevicePlugin.CDISpecDir, "cdi-spec-dir", cfg.DevicePlugin.CDISpecDir, "where the cdi strategy writes the GPUs' CDI spec")
 	f.StringVar(&cfg.DevicePlugin.Dir, "plugin-dir", cfg.DevicePlugin.Dir, "kubelet device-plugin directory")
 	f.BoolVar(&cfg.DevicePlugin.Enabled, "kubelet", cfg.DevicePlugin.Enabled, "serve the kubelet device plugin (false: discovery, health and metrics only)")
 	f.StringVar(&cfg.Metrics.Address, "metrics-address", cfg.Metrics.Address, "Prometheus listen address (empty disables)")
@@ -84,7 +86,20 @@ func newRootCommand() *cobra.Command {
 		},
 	}
 	info.Flags().StringVarP(&o.output, "output", "o", "table", "json or table")
-	root.AddCommand(run, info)
+	var count int
+	allocate := &cobra.Command{
+		Use:   "allocate",
+		Short: "Print what a container allocated --count GPUs gets (devices, driver files, environment), as JSON",
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c, err := resolveConfig(cmd, o, cfg)
+			if err != nil {
+				return err
+			}
+			return printAllocation(cmd.Context(), cmd.OutOrStdout(), c, count)
+		},
+	}
+	allocate.Flags().IntVar(&count, "count", 1, "number of devices to allocate")
+	root.AddCommand(run, info, allocate)
 	return root
 }
 
@@ -108,10 +123,15 @@ func resolveConfig(cmd *cobra.Command, o *options, flagged config.Config) (confi
 		set("mig-strategy", func() { cfg.MIGStrategy = flagged.MIGStrategy })
 		set("allocation-policy", func() { cfg.DevicePlugin.AllocationPolicy = flagged.DevicePlugin.AllocationPolicy })
 		set("device-list-strategy", func() { cfg.DevicePlugin.DeviceListStrategy = flagged.DevicePlugin.DeviceListStrategy })
+		set("driver-root", func() { cfg.DevicePlugin.DriverRoot = flagged.DevicePlugin.DriverRoot })
+		set("cdi-spec-dir", func() { cfg.DevicePlugin.CDISpecDir = flagged.DevicePlugin.CDISpecDir })
 		set("plugin-dir", func() { cfg.DevicePlugin.Dir = flagged.DevicePlugin.Dir })
 		set("kubelet", func() { cfg.DevicePlugin.Enabled = flagged.DevicePlugin.Enabled })
 		set("metrics-address", func() { cfg.Metrics.Address = flagged.Metrics.Address })
 		set("pod-resources-socket", func() { cfg.Metrics.PodResourcesSocket = flagged.Metrics.PodResourcesSocket })
+	}
+	if cfg.NodeName == "" {
+		cfg.NodeName = os.Getenv("NODE_NAME")
 	}
 	if cfg.NodeName == "" {
 		if h, err := os.Hostname(); err == nil {

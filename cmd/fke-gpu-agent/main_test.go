@@ -34,6 +34,23 @@ func TestInfoJSON(t *testing.T) {
 	}
 }
 
+// TestAllocate: what a container given 2 simulated GPUs gets: their UUIDs,
+// and no devices (there are none to give).
+func TestAllocate(t *testing.T) {
+	out, err := execute(t, "allocate", "--backend", "mock:dgxh100", "--node-api=false", "--node-name", "n", "--count", "2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var a allocation
+	if err := json.Unmarshal([]byte(out), &a); err != nil {
+		t.Fatalf("%v in %s", err, out)
+	}
+	if a.Resource != "nvidia.com/gpu" || len(a.Devices) != 2 || a.Response == nil ||
+		a.Response.Envs["NVIDIA_VISIBLE_DEVICES"] != a.Devices[0]+","+a.Devices[1] || len(a.Response.Devices) != 0 {
+		t.Fatalf("allocation %s", out)
+	}
+}
+
 func TestInfoTableWithConfigFile(t *testing.T) {
 	out, err := execute(t, "info", "--config", "testdata/config.yaml", "--node-api=false")
 	if err != nil {
@@ -50,6 +67,8 @@ func TestBadInput(t *testing.T) {
 		{"info", "--backend", "mock:dgxh100", "--node-api=false", "-o", "yaml"},
 		{"info", "--config", "testdata/missing.yaml"},
 		{"info", "--backend", "mock:dgxh100", "--mig-strategy", "half", "--node-api=false"},
+		{"allocate", "--backend", "mock:dgxh100", "--node-api=false", "--count", "0"},
+		{"allocate", "--backend", "mock:dgxh100", "--node-api=false", "--count", "9"},
 	} {
 		if _, err := execute(t, args...); err == nil {
 			t.Errorf("%v: no error", args)

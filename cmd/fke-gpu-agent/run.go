@@ -15,10 +15,12 @@ import (
 
 	"fke.dev/fke/internal/gpu/config"
 	"fke.dev/fke/internal/gpu/deviceplugin"
+	"fke.dev/fke/internal/gpu/driver"
 	"fke.dev/fke/internal/gpu/health"
 	"fke.dev/fke/internal/gpu/labels"
 	"fke.dev/fke/internal/gpu/metrics"
 	"fke.dev/fke/internal/gpu/node"
+	"fke.dev/fke/internal/gpu/nvml"
 )
 
 func runAgent(cmd *cobra.Command, o *options, flagged *config.Config) error {
@@ -75,6 +77,25 @@ func runAgent(cmd *cobra.Command, o *options, flagged *config.Config) error {
 		g.Go(func() error { return mon.Run(ctx) })
 	}
 
+	// What containers get with their GPUs: nothing but their UUIDs for a
+	// mock backend; the host driver's devices and files for the real one.
+	drv := &driver.Driver{}
+	if _, mock := cfg.MockName(); !mock {
+		if drv, err = driver.Discover(cfg.DevicePlugin.DriverRoot, devs); err != nil {
+			return fmt.Errorf("finding the driver's files: %w", err)
+		}
+	}
+	log.Info("driver files", "simulated", drv.Simulated(), "controlNodes", len(drv.Control), "libraries", len(drv.Libraries), "tools", len(drv.Tools))
+	if cfg.DevicePlugin.Enabled && cfg.DevicePlugin.DeviceListStrategy == config.DeviceListCDI {
+		spec, err := drv.CDISpec()
+		if err != nil {
+			return err
+		}
+		if err := driver.WriteCDISpec(cfg.DevicePlugin.CDISpecDir, spec); err != nil {
+			return err
+		}
+	}
+
 	if cfg.DevicePlugin.Enabled {
 		res, err := deviceplugin.BuildResources(devs, cfg.MIGStrategy, cfg.Sharing.TimeSlicing)
 		if err != nil {
@@ -84,6 +105,7 @@ func runAgent(cmd *cobra.Command, o *options, flagged *config.Config) error {
 			Dir:      cfg.DevicePlugin.Dir,
 			Policy:   cfg.DevicePlugin.AllocationPolicy,
 			Strategy: cfg.DevicePlugin.DeviceListStrategy,
+			Driver:   drv,
 			Health:   src,
 			Log:      log.With("component", "deviceplugin"),
 		}
@@ -99,7 +121,7 @@ func runAgent(cmd *cobra.Command, o *options, flagged *config.Config) error {
 	}
 
 	if cfg.Labels.Enabled && api != nil {
-		want := labels.For(sys, devs, cfg)
+		want := labels.For(sys, devs, cfg, drv.Simulated())
 		l := &labels.Labeler{API: api, Node: cfg.NodeName, Log: log.With("component", "labels")}
 		g.Go(func() error { return labelLoop(ctx, l, want, cfg.Labels.Interval.Duration, log) })
 	}
@@ -117,6 +139,9 @@ func runAgent(cmd *cobra.Command, o *options, flagged *config.Config) error {
 		h, err := metrics.Handler(c)
 		if err != nil {
 			return err
+		}
+		if m, ok := lib.(*nvml.Mock); ok {
+			h = nvml.MockControl(m, h) // simulated GPUs: XIDs and lost GPUs on request
 		}
 		g.Go(func() error {
 			return metrics.Serve(ctx, cfg.Metrics.Address, h, func(a net.Addr) {

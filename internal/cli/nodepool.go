@@ -41,6 +41,8 @@ type poolOptions struct {
 	unneededTime    time.Duration
 	priority        int32
 	taints          []string
+	gpuReplicas     int32
+	migStrategy     string
 }
 
 // splitPoolRef parses CLUSTER/NAME.
@@ -72,6 +74,17 @@ func buildPool(namespace, clusterName, name string, o poolOptions, replicasSet, 
 			ClusterName: clusterName, PoolName: name, InstanceType: o.instanceType,
 			Provider: fkev1.ProviderName(o.provider), DisableGPUTaint: o.disableGPUTaint,
 		},
+	}
+	switch o.migStrategy {
+	case "", "none", "single", "mixed":
+	default:
+		return nil, fmt.Errorf("--mig-strategy %q: must be none, single or mixed", o.migStrategy)
+	}
+	if o.gpuReplicas < 0 || o.gpuReplicas > 64 {
+		return nil, fmt.Errorf("--gpu-time-slicing %d: must be 1 to 64 replicas per GPU", o.gpuReplicas)
+	}
+	if o.gpuReplicas > 0 || o.migStrategy != "" {
+		np.Spec.GPU = &fkev1.NodePoolGPU{TimeSlicingReplicas: o.gpuReplicas, MIGStrategy: o.migStrategy}
 	}
 	switch {
 	case replicasSet && (minSet || maxSet):
@@ -181,6 +194,8 @@ func addPoolFlags(cmd *cobra.Command, o *poolOptions) {
 	cmd.Flags().BoolVar(&o.disableGPUTaint, "no-gpu-taint", false, "do not taint GPU nodes with nvidia.com/gpu=present:NoSchedule")
 	cmd.Flags().DurationVar(&o.unneededTime, "scale-down-unneeded-time", 0, "autoscaling: how long a node must be unneeded before removal (default 10m)")
 	cmd.Flags().Int32Var(&o.priority, "priority", 0, "autoscaling: rank for the priority expander (higher wins)")
+	cmd.Flags().Int32Var(&o.gpuReplicas, "gpu-time-slicing", 0, "GPU types: advertise each GPU this many times (time-slicing; pods share it)")
+	cmd.Flags().StringVar(&o.migStrategy, "mig-strategy", "", "GPU types: how MIG devices are advertised: none, single or mixed")
 }
 
 func newNodePoolCreateCmd(g *globals) *cobra.Command {

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	fkev1 "fke.dev/fke/api/v1alpha1"
 	"strings"
 	"testing"
 
@@ -13,7 +14,7 @@ func TestBuildPool(t *testing.T) {
 		o                        poolOptions
 		replicasSet, minSet, max bool
 		wantErr                  string
-		check                    func(t *testing.T, o poolOptions)
+		check                    func(t *testing.T, np *fkev1.NodePool)
 	}{
 		{name: "fixed size", o: poolOptions{instanceType: "cpu-small", replicas: 2}, replicasSet: true},
 		{name: "no instance type", o: poolOptions{replicas: 1}, wantErr: "--instance-type is required"},
@@ -24,6 +25,14 @@ func TestBuildPool(t *testing.T) {
 		{name: "bad label", o: poolOptions{instanceType: "cpu-small", labels: []string{"novalue"}}, wantErr: "KEY=VALUE"},
 		{name: "bad taint effect", o: poolOptions{instanceType: "cpu-small", taints: []string{"a=b:Sometimes"}}, wantErr: "effect must be"},
 		{name: "taint without effect", o: poolOptions{instanceType: "cpu-small", taints: []string{"a=b"}}, wantErr: "KEY[=VALUE]:EFFECT"},
+		{name: "GPU sharing", o: poolOptions{instanceType: "gpu-h100x8", replicas: 1, gpuReplicas: 4, migStrategy: "mixed"}, replicasSet: true,
+			check: func(t *testing.T, np *fkev1.NodePool) {
+				if g := np.Spec.GPU; g == nil || g.TimeSlicingReplicas != 4 || g.MIGStrategy != "mixed" {
+					t.Errorf("spec.gpu %+v", g)
+				}
+			}},
+		{name: "bad MIG strategy", o: poolOptions{instanceType: "gpu-h100x8", migStrategy: "all"}, wantErr: "--mig-strategy"},
+		{name: "too many replicas", o: poolOptions{instanceType: "gpu-h100x8", gpuReplicas: 65}, wantErr: "--gpu-time-slicing"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -36,6 +45,9 @@ func TestBuildPool(t *testing.T) {
 			}
 			if err != nil || np == nil {
 				t.Fatalf("buildPool: %v", err)
+			}
+			if tt.check != nil {
+				tt.check(t, np)
 			}
 		})
 	}

@@ -164,6 +164,9 @@ func Run(ctx context.Context, opts Options) error {
 		Client: mgr.GetClient(), Tenants: tenants, Providers: providers, Recorder: mgr.GetEventRecorder("fke-machine"),
 	}
 	pools := &nodepool.Reconciler{Client: mgr.GetClient(), Tenants: tenants, Recorder: mgr.GetEventRecorder("fke-nodepool")}
+	if lp, ok := providers[fkev1.ProviderLocal].(*localnodes.Provider); ok {
+		pools.GPUAgents = lp.GPUAgents()
+	}
 	if err := machines.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up machine controller: %w", err)
 	}
@@ -249,6 +252,7 @@ func localProvider(ctx context.Context, opts Options, log *slog.Logger) *localno
 	p, err := localnodes.New(localnodes.Options{
 		DataDir: opts.DataDir, Binaries: opts.Binaries, Logger: log, Host: host,
 		PauseImage: lo.PauseImage, Registry: lo.Registry, Images: lo.Images,
+		HostGPUDriver: localnodes.HostHasGPUDriver(),
 	})
 	if err != nil {
 		log.Error("local node provider not available", "error", err)

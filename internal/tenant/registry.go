@@ -82,6 +82,15 @@ func (r *Registry) AddPodHandler(h PodHandler) {
 	r.onPod = append(r.onPod, h)
 }
 
+// Connected returns the Tenant of key if this registry is connected to it,
+// without connecting.
+func (r *Registry) Connected(key string) (*Tenant, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	t, ok := r.tenants[key]
+	return t, ok
+}
+
 // Get returns the Tenant of key, connecting (and syncing its Node cache) on
 // first use. Safe for concurrent use.
 func (r *Registry) Get(ctx context.Context, key string) (*Tenant, error) {

@@ -29,6 +29,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/source"
@@ -40,6 +41,17 @@ import (
 	"fke.dev/fke/internal/tenant"
 )
 
+// GPUAgents installs fke's GPU agent (device plugin, labels, health,
+// metrics) for the pools whose nodes run a real kubelet; simulated nodes
+// advertise their GPUs themselves.
+type GPUAgents interface {
+	// Ensure installs or updates the agent of np (of GPU instance type it)
+	// in tenant t. Idempotent and cheap when nothing changed.
+	Ensure(ctx context.Context, t *tenant.Tenant, np *fkev1.NodePool, it *fkev1.InstanceType) error
+	// Remove deletes np's agent. Idempotent.
+	Remove(ctx context.Context, t *tenant.Tenant, np *fkev1.NodePool) error
+}
+
 // Reconciler reconciles NodePools.
 type Reconciler struct {
 	Client   client.Client
@@ -47,6 +59,9 @@ type Reconciler struct {
 	Recorder events.EventRecorder
 	// NodeEvents receives tenant Node changes (see NodeHandler).
 	NodeEvents chan event.GenericEvent
+	// GPUAgents installs the GPU agent of pools of real GPU nodes; nil
+	// when this fke makes no real nodes.
+	GPUAgents GPUAgents
 
 	mu sync.Mutex
 	// usage keeps each pool's node usage from its last reconcile.
@@ -231,6 +246,12 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.
 	if err != nil {
 		return ctrl.Result{}, err
 	}
+	if r.GPUAgents != nil && np.Spec.Provider == fkev1.ProviderLocal && it.Spec.GPU != nil {
+		if err := r.GPUAgents.Ensure(ctx, t, np, it); err != nil {
+			setCondition(np, metav1.ConditionFalse, fkev1.ReasonGPUAgentFailed, "installing the GPU agent: "+err.Error())
+			return ctrl.Result{}, fmt.Errorf("GPU agent of pool %s: %w", np.Name, err)
+		}
+	}
 	hash := TemplateHash(np)
 	usage, kept, err := nodeUsage(ctx, t, machines, r.keptUsage(req.String()))
 	if err != nil {
@@ -327,6 +348,14 @@ func (r *Reconciler) finalize(ctx context.Context, np *fkev1.NodePool, machines 
 	}
 	if len(machines) > 0 {
 		return ctrl.Result{RequeueAfter: time.Second}, nil
+	}
+	if r.GPUAgents != nil && np.Spec.Provider == fkev1.ProviderLocal {
+		// Best effort: a deleted cluster takes the agent with it.
+		if t, ok := r.Tenants.Connected(np.Namespace + "/" + np.Spec.ClusterName); ok {
+			if err := r.GPUAgents.Remove(ctx, t, np); err != nil {
+				log.FromContext(ctx).Info("removing the GPU agent", "pool", np.Name, "error", err.Error())
+			}
+		}
 	}
 	controllerutil.RemoveFinalizer(np, fkev1.NodePoolFinalizer)
 	if err := r.Client.Update(ctx, np); err != nil && !apierrors.IsNotFound(err) {

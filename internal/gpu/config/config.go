@@ -61,6 +61,8 @@ const (
 	BackendMockPrefix = "mock:"
 	// DefaultPluginDir is the kubelet's device-plugin directory.
 	DefaultPluginDir = "/var/lib/kubelet/device-plugins/"
+	// DefaultCDISpecDir is the runtimes' CDI spec directory for generated specs.
+	DefaultCDISpecDir = "/var/run/cdi"
 	// DefaultPodResourcesSocket is the kubelet's pod-resources API socket.
 	DefaultPodResourcesSocket = "/var/lib/kubelet/pod-resources/kubelet.sock"
 )
@@ -98,6 +100,13 @@ type DevicePlugin struct {
 	AllocationPolicy AllocationPolicy `json:"allocationPolicy"`
 	// DeviceListStrategy is envvar or cdi.
 	DeviceListStrategy DeviceListStrategy `json:"deviceListStrategy"`
+	// DriverRoot is where the agent sees the host's root filesystem, to find
+	// the driver's device nodes and libraries: "/" on the host, the mount
+	// of the host's / when the agent runs in a container.
+	DriverRoot string `json:"driverRoot"`
+	// CDISpecDir is where the cdi strategy writes the CDI spec of the GPUs
+	// (the runtime's CDI directory, as the agent sees it).
+	CDISpecDir string `json:"cdiSpecDir"`
 	// SelfCheckInterval is how often the advertised devices are compared with
 	// the Node's allocatable; 0 disables the check.
 	SelfCheckInterval metav1.Duration `json:"selfCheckInterval"`
@@ -174,6 +183,8 @@ func Default() Config {
 			Dir:                DefaultPluginDir,
 			AllocationPolicy:   AllocationPacked,
 			DeviceListStrategy: DeviceListEnvvar,
+			DriverRoot:         "/",
+			CDISpecDir:         DefaultCDISpecDir,
 			SelfCheckInterval:  metav1.Duration{Duration: 30 * time.Second},
 		},
 		MIGStrategy: MIGStrategyNone,
@@ -242,6 +253,12 @@ func (c Config) Validate() error {
 	case DeviceListEnvvar, DeviceListCDI:
 	default:
 		errs = append(errs, fmt.Errorf("devicePlugin.deviceListStrategy %q: must be envvar or cdi", c.DevicePlugin.DeviceListStrategy))
+	}
+	if !strings.HasPrefix(c.DevicePlugin.DriverRoot, "/") {
+		errs = append(errs, fmt.Errorf("devicePlugin.driverRoot %q: must be an absolute path", c.DevicePlugin.DriverRoot))
+	}
+	if c.DevicePlugin.DeviceListStrategy == DeviceListCDI && !strings.HasPrefix(c.DevicePlugin.CDISpecDir, "/") {
+		errs = append(errs, fmt.Errorf("devicePlugin.cdiSpecDir %q: must be an absolute path with the cdi strategy", c.DevicePlugin.CDISpecDir))
 	}
 	if c.DevicePlugin.Enabled && c.DevicePlugin.Dir == "" {
 		errs = append(errs, errors.New("devicePlugin.dir: must be set when the device plugin is enabled"))

@@ -5,7 +5,7 @@ package deploy
 
 import _ "embed"
 
-// RBAC is rbac.yaml: Namespace fke-system, ServiceAccount fke-gpu-agent,
+// RBAC is rbac.yaml: ServiceAccount kube-system/fke-gpu-agent,
 // ClusterRole/Binding, and the own-Node ValidatingAdmissionPolicy + binding.
 //
 //go:embed rbac.yaml

@@ -30,7 +30,7 @@ func TestRBACManifest(t *testing.T) {
 			}
 		}
 	}
-	want := "Namespace ServiceAccount ClusterRole ClusterRoleBinding ValidatingAdmissionPolicy ValidatingAdmissionPolicyBinding"
+	want := "ServiceAccount ClusterRole ClusterRoleBinding ValidatingAdmissionPolicy ValidatingAdmissionPolicyBinding"
 	if got := strings.Join(kinds, " "); got != want {
 		t.Fatalf("kinds %s, want %s", got, want)
 	}

@@ -2,24 +2,25 @@ package deviceplugin
 
 import (
 	"fmt"
-	"strings"
 
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
 	"fke.dev/fke/internal/gpu/config"
+	"fke.dev/fke/internal/gpu/driver"
 )
 
-const (
-	// VisibleDevicesEnv lists the GPUs a container may use (NVIDIA container toolkit).
-	VisibleDevicesEnv = "NVIDIA_VISIBLE_DEVICES"
-	// CDIKind is the CDI vendor/class of GPU devices.
-	CDIKind = "nvidia.com/gpu"
-)
+// VisibleDevicesEnv lists the GPUs a container may use (NVIDIA container toolkit).
+const VisibleDevicesEnv = driver.VisibleDevicesEnv
 
 // ContainerResponse decides what one container gets for the device IDs the
-// kubelet allocated: their UUIDs (replicas of one GPU collapse to that GPU),
-// in NVIDIA_VISIBLE_DEVICES or as CDI device names nvidia.com/gpu=<uuid>.
-func ContainerResponse(res Resource, byID map[string]Device, ids []string, strategy config.DeviceListStrategy) (*pluginapi.ContainerAllocateResponse, error) {
+// kubelet allocated. Replicas of one GPU collapse to that GPU. With the
+// envvar strategy the container gets what drv.Edits gives for those GPUs:
+// their device nodes, the driver's control nodes, libraries and tools
+// (read-only), and NVIDIA_VISIBLE_DEVICES / CUDA_VISIBLE_DEVICES; a
+// simulated driver (nil or without device nodes) gives the variables only.
+// With the cdi strategy it gets the CDI names nvidia.com/gpu=<uuid>, which
+// a CDI-enabled runtime resolves through the spec the agent writes.
+func ContainerResponse(res Resource, byID map[string]Device, ids []string, strategy config.DeviceListStrategy, drv *driver.Driver) (*pluginapi.ContainerAllocateResponse, error) {
 	if len(ids) == 0 {
 		return nil, fmt.Errorf("allocating %s: no devices requested", res.Name)
 	}
@@ -41,10 +42,17 @@ func ContainerResponse(res Resource, byID map[string]Device, ids []string, strat
 	resp := &pluginapi.ContainerAllocateResponse{}
 	switch strategy {
 	case config.DeviceListEnvvar, "":
-		resp.Envs = map[string]string{VisibleDevicesEnv: strings.Join(uuids, ",")}
+		e := drv.Edits(uuids)
+		resp.Envs = e.Env
+		for _, n := range e.DeviceNodes {
+			resp.Devices = append(resp.Devices, &pluginapi.DeviceSpec{ContainerPath: n, HostPath: n, Permissions: "rw"})
+		}
+		for _, m := range e.Mounts {
+			resp.Mounts = append(resp.Mounts, &pluginapi.Mount{ContainerPath: m.ContainerPath, HostPath: m.HostPath, ReadOnly: true})
+		}
 	case config.DeviceListCDI:
 		for _, u := range uuids {
-			resp.CdiDevices = append(resp.CdiDevices, &pluginapi.CDIDevice{Name: CDIKind + "=" + u})
+			resp.CdiDevices = append(resp.CdiDevices, &pluginapi.CDIDevice{Name: driver.CDIName(u)})
 		}
 	default:
 		return nil, fmt.Errorf("unknown device list strategy %q", strategy)

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"fke.dev/fke/internal/gpu/config"
+	"fke.dev/fke/internal/gpu/driver"
 	"fke.dev/fke/internal/gpu/nvml"
 )
 
@@ -228,7 +229,7 @@ func TestContainerResponse(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			resp, err := ContainerResponse(tc.res, tc.byID, tc.ids, tc.strategy)
+			resp, err := ContainerResponse(tc.res, tc.byID, tc.ids, tc.strategy, nil)
 			if tc.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
 					t.Fatalf("err = %v, want %q", err, tc.wantErr)
@@ -256,7 +257,7 @@ func TestContainerResponse(t *testing.T) {
 	for _, d := range rs2[0].Devices {
 		byID[d.ID] = d
 	}
-	resp, err := ContainerResponse(rs2[0], byID, []string{"GPU-0::0", "GPU-0::1"}, config.DeviceListEnvvar)
+	resp, err := ContainerResponse(rs2[0], byID, []string{"GPU-0::0", "GPU-0::1"}, config.DeviceListEnvvar, nil)
 	if err != nil || resp.Envs[VisibleDevicesEnv] != "GPU-0" {
 		t.Fatalf("resp %v err %v", resp, err)
 	}
@@ -281,5 +282,42 @@ func TestDrift(t *testing.T) {
 				t.Fatalf("got %v, want %v", got, tc.want)
 			}
 		})
+	}
+}
+
+// TestContainerResponseWithDriver: a container gets its GPUs' device nodes,
+// the control nodes and the driver's files read-only; none of another GPU.
+func TestContainerResponseWithDriver(t *testing.T) {
+	drv := &driver.Driver{
+		Control:   []string{"/dev/nvidiactl", "/dev/nvidia-uvm"},
+		Nodes:     map[string][]string{"GPU-0": {"/dev/nvidia0"}, "GPU-1": {"/dev/nvidia1"}},
+		Libraries: []driver.Mount{{HostPath: "/usr/lib/libcuda.so.560", ContainerPath: "/usr/lib/libcuda.so.1"}},
+		Tools:     []driver.Mount{{HostPath: "/usr/bin/nvidia-smi", ContainerPath: "/usr/bin/nvidia-smi"}},
+	}
+	resp, err := ContainerResponse(Resource{Name: GPUResource, Replicas: 1}, devicesFor(2, 1), []string{"GPU-1"}, config.DeviceListEnvvar, drv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var devs, mounts []string
+	for _, d := range resp.Devices {
+		if d.HostPath != d.ContainerPath || d.Permissions != "rw" {
+			t.Errorf("device %+v", d)
+		}
+		devs = append(devs, d.HostPath)
+	}
+	for _, m := range resp.Mounts {
+		if !m.ReadOnly {
+			t.Errorf("mount %+v is writable", m)
+		}
+		mounts = append(mounts, m.HostPath+":"+m.ContainerPath)
+	}
+	if want := []string{"/dev/nvidia1", "/dev/nvidiactl", "/dev/nvidia-uvm"}; !reflect.DeepEqual(devs, want) {
+		t.Errorf("devices %v, want %v", devs, want)
+	}
+	if want := []string{"/usr/lib/libcuda.so.560:/usr/lib/libcuda.so.1", "/usr/bin/nvidia-smi:/usr/bin/nvidia-smi"}; !reflect.DeepEqual(mounts, want) {
+		t.Errorf("mounts %v, want %v", mounts, want)
+	}
+	if resp.Envs[VisibleDevicesEnv] != "GPU-1" || resp.Envs[driver.CUDAVisibleDevicesEnv] != "GPU-1" {
+		t.Errorf("env %v", resp.Envs)
 	}
 }

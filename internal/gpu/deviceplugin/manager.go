@@ -17,6 +17,7 @@ import (
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
 	"fke.dev/fke/internal/gpu/config"
+	"fke.dev/fke/internal/gpu/driver"
 )
 
 // AllocatableSource reads what the Node reports as allocatable.
@@ -33,8 +34,11 @@ type ManagerOptions struct {
 	KubeletSocket string
 	Policy        config.AllocationPolicy
 	Strategy      config.DeviceListStrategy
-	Health        HealthSource // AlwaysHealthy
-	Log           *slog.Logger // slog.Default()
+	// Driver is what containers get with their GPUs (device nodes, driver
+	// libraries); nil for simulated GPUs (the environment only).
+	Driver *driver.Driver
+	Health HealthSource // AlwaysHealthy
+	Log    *slog.Logger // slog.Default()
 	// PollInterval is how often the sockets are checked for a kubelet restart (100ms).
 	PollInterval time.Duration
 	// RegisterTimeout bounds one Register call (5s).
@@ -94,7 +98,7 @@ func NewManager(resources []Resource, topo Topology, o ManagerOptions) (*Manager
 		if len(r.Devices) == 0 {
 			continue
 		}
-		m.plugins = append(m.plugins, NewPlugin(r, topo, o.Policy, o.Strategy, o.Health, filepath.Join(o.Dir, SocketName(r.Name)), o.Log))
+		m.plugins = append(m.plugins, NewPlugin(r, topo, filepath.Join(o.Dir, SocketName(r.Name)), o))
 	}
 	return m, nil
 }

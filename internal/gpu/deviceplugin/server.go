@@ -16,6 +16,7 @@ import (
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
 	"fke.dev/fke/internal/gpu/config"
+	"fke.dev/fke/internal/gpu/driver"
 )
 
 // HealthSource says whether a physical GPU is usable and when that may have changed.
@@ -46,6 +47,7 @@ type Plugin struct {
 	topo     Topology
 	policy   config.AllocationPolicy
 	strategy config.DeviceListStrategy
+	driver   *driver.Driver
 	health   HealthSource
 	socket   string
 	log      *slog.Logger
@@ -58,17 +60,22 @@ type Plugin struct {
 
 var _ pluginapi.DevicePluginServer = (*Plugin)(nil)
 
-// NewPlugin serves res on socket (a path in the kubelet's plugin dir).
-func NewPlugin(res Resource, topo Topology, policy config.AllocationPolicy, strategy config.DeviceListStrategy, health HealthSource, socket string, log *slog.Logger) *Plugin {
+// NewPlugin serves res on socket (a path in the kubelet's plugin dir) with
+// o's Policy, Strategy, Driver, Health and Log (the other fields are the
+// Manager's).
+func NewPlugin(res Resource, topo Topology, socket string, o ManagerOptions) *Plugin {
 	byID := make(map[string]Device, len(res.Devices))
 	for _, d := range res.Devices {
 		byID[d.ID] = d
 	}
-	if log == nil {
-		log = slog.Default()
+	if o.Log == nil {
+		o.Log = slog.Default()
 	}
-	return &Plugin{res: res, byID: byID, topo: topo, policy: policy, strategy: strategy, health: health, socket: socket,
-		log: log.With("resource", res.Name)}
+	if o.Health == nil {
+		o.Health = AlwaysHealthy{}
+	}
+	return &Plugin{res: res, byID: byID, topo: topo, policy: o.Policy, strategy: o.Strategy, driver: o.Driver, health: o.Health, socket: socket,
+		log: o.Log.With("resource", res.Name)}
 }
 
 // Resource returns the advertised resource.
@@ -220,7 +227,7 @@ func (p *Plugin) GetPreferredAllocation(_ context.Context, req *pluginapi.Prefer
 func (p *Plugin) Allocate(_ context.Context, req *pluginapi.AllocateRequest) (*pluginapi.AllocateResponse, error) {
 	resp := &pluginapi.AllocateResponse{}
 	for _, c := range req.ContainerRequests {
-		cr, err := ContainerResponse(p.res, p.byID, c.DevicesIds, p.strategy)
+		cr, err := ContainerResponse(p.res, p.byID, c.DevicesIds, p.strategy, p.driver)
 		if err != nil {
 			p.log.Warn("allocate rejected", "devices", c.DevicesIds, "err", err)
 			return nil, status.Error(codes.InvalidArgument, err.Error())

@@ -56,11 +56,11 @@ func (l *Labeler) Apply(ctx context.Context, want map[string]string) error {
 }
 
 // PatchFor returns the JSON merge patch that takes node to want, and whether
-// anything changes. Every key in want must start with nvidia.com/.
+// anything changes. Every key in want must be one the agent owns (Owns).
 func PatchFor(node *corev1.Node, want map[string]string) ([]byte, bool, error) {
 	for k := range want {
-		if !strings.HasPrefix(k, Prefix) {
-			return nil, false, fmt.Errorf("label %q is not under %s", k, Prefix)
+		if !Owns(k) {
+			return nil, false, fmt.Errorf("label %q is not under %s or %s", k, Prefix, FKEPrefix)
 		}
 	}
 	labels := map[string]*string{}
@@ -71,7 +71,7 @@ func PatchFor(node *corev1.Node, want map[string]string) ([]byte, bool, error) {
 		}
 	}
 	for _, k := range strings.Split(node.Annotations[OwnedAnnotation], ",") {
-		if k == "" || !strings.HasPrefix(k, Prefix) {
+		if !Owns(k) {
 			continue
 		}
 		if _, keep := want[k]; !keep {

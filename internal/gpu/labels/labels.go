@@ -15,8 +15,20 @@ import (
 	"fke.dev/fke/internal/gpu/nvml"
 )
 
-// Prefix is the label prefix every label this package sets starts with.
+// Prefix is the prefix of the GFD-compatible labels this package sets.
 const Prefix = "nvidia.com/"
+
+// FKEPrefix is the prefix of fke's own GPU labels.
+const FKEPrefix = "fke.dev/gpu."
+
+// Simulated is "true" on a node whose GPUs come from a mock backend or
+// have no device nodes: pods see their UUIDs but no devices.
+const Simulated = FKEPrefix + "simulated"
+
+// Owns reports whether the agent sets (and may remove) label key.
+func Owns(key string) bool {
+	return strings.HasPrefix(key, Prefix) || strings.HasPrefix(key, FKEPrefix)
+}
 
 // Label keys.
 const (
@@ -44,10 +56,12 @@ const (
 	GPUSlicesCI       = "nvidia.com/gpu.slices.ci"
 )
 
-// For returns the labels for a node with devs under cfg. Heterogeneous nodes
-// are described by their first GPU, as GFD does.
-func For(sys nvml.System, devs []nvml.Device, cfg config.Config) map[string]string {
+// For returns the labels for a node with devs under cfg; simulated says
+// that containers get no devices for them (see Simulated). Heterogeneous
+// nodes are described by their first GPU, as GFD does.
+func For(sys nvml.System, devs []nvml.Device, cfg config.Config, simulated bool) map[string]string {
 	l := map[string]string{
+		Simulated:       strconv.FormatBool(simulated),
 		MIGStrategy:     string(orNone(cfg.MIGStrategy)),
 		SharingStrategy: "none",
 		Count:           strconv.Itoa(len(devs)),

@@ -37,7 +37,7 @@ func TestFor(t *testing.T) {
 		Present: "true", Product: "NVIDIA-H100-80GB-HBM3", Count: "8", Memory: "81920", Family: "hopper",
 		ComputeMajor: "9", ComputeMinor: "0", MIGCapable: "true", MIGStrategy: "none", SharingStrategy: "none", Replicas: "1",
 		DriverMajor: "550", DriverMinor: "54", DriverRevision: "15", DriverFull: "550.54.15",
-		RuntimeMajor: "12", RuntimeMinor: "4", RuntimeFull: "12.4",
+		RuntimeMajor: "12", RuntimeMinor: "4", RuntimeFull: "12.4", Simulated: "true",
 	}
 	with := func(over map[string]string, drop ...string) map[string]string {
 		out := map[string]string{}
@@ -81,7 +81,7 @@ func TestFor(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			sys, devs := mockDevices(t, "dgxh100", tc.mig)
-			got := For(sys, devs, tc.cfg)
+			got := For(sys, devs, tc.cfg, true)
 			if tc.name == "mig mixed" || tc.name == "mig single" {
 				// multiprocessor counts come from the mock's profile tables
 				for k := range tc.want {
@@ -98,14 +98,17 @@ func TestFor(t *testing.T) {
 				}
 			}
 			for k, v := range got {
-				if len(v) > 63 || k[:len(Prefix)] != Prefix {
+				if len(v) > 63 || !Owns(k) {
 					t.Errorf("bad label %s=%s", k, v)
 				}
 			}
 		})
 	}
-	if got := For(nvml.System{}, nil, config.Config{}); got[Count] != "0" || got[MIGStrategy] != "none" {
+	if got := For(nvml.System{}, nil, config.Config{}, true); got[Count] != "0" || got[MIGStrategy] != "none" {
 		t.Errorf("no GPUs: %v", got)
+	}
+	if _, devs := mockDevices(t, "dgxh100", nil); For(nvml.System{}, devs, config.Config{}, false)[Simulated] != "false" {
+		t.Errorf("GPUs with device nodes are labelled simulated")
 	}
 }
 

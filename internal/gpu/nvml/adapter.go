@@ -98,9 +98,12 @@ func (a *adapter) Devices(ctx context.Context) ([]Device, error) {
 }
 
 func (a *adapter) describe(pos int, h gonvml.Device) (Device, error) {
-	d := Device{Index: pos, NUMANode: -1}
+	d := Device{Index: pos, Minor: -1, NUMANode: -1}
 	if idx, ret := h.GetIndex(); ret == gonvml.SUCCESS {
 		d.Index = idx
+	}
+	if minor, ret := h.GetMinorNumber(); ret == gonvml.SUCCESS {
+		d.Minor = minor
 	}
 	var ret gonvml.Return
 	if d.UUID, ret = h.GetUUID(); ret != gonvml.SUCCESS {

@@ -387,7 +387,7 @@ func (m *Mock) createEventSet() (gonvml.EventSet, gonvml.Return) {
 // devices on the mock.
 func Open(ctx context.Context, spec, seed string, migByIndex map[int][]string) (Interface, error) {
 	if spec == "real" {
-		return NewReal()
+		return NewReal("")
 	}
 	const prefix = "mock:"
 	if len(spec) > len(prefix) && spec[:len(prefix)] == prefix {

@@ -217,7 +217,7 @@ func TestOpen(t *testing.T) {
 // TestRealWithoutDriver runs where no NVIDIA driver is installed: NewReal
 // must fail with a clear error, not crash.
 func TestRealWithoutDriver(t *testing.T) {
-	lib, err := NewReal()
+	lib, err := NewReal("")
 	if err == nil {
 		lib.Close()
 		t.Skip("an NVIDIA driver is installed here")

@@ -15,10 +15,16 @@ func (e *ErrNoDriver) Error() string {
 
 func (e *ErrNoDriver) Unwrap() error { return e.Err }
 
-// NewReal loads libnvidia-ml at run time and initialises it. Without a
-// driver it returns an *ErrNoDriver; it never crashes the process.
-func NewReal() (Interface, error) {
-	lib := gonvml.New()
+// NewReal loads libnvidia-ml at run time and initialises it: the library at
+// libraryPath, or libnvidia-ml.so.1 from the loader's search path when it is
+// empty. Without a driver it returns an *ErrNoDriver; it never crashes the
+// process.
+func NewReal(libraryPath string) (Interface, error) {
+	var opts []gonvml.LibraryOption
+	if libraryPath != "" {
+		opts = append(opts, gonvml.WithLibraryPath(libraryPath))
+	}
+	lib := gonvml.New(opts...)
 	if ret := lib.Init(); ret != gonvml.SUCCESS {
 		return nil, &ErrNoDriver{Err: ret}
 	}

@@ -134,7 +134,7 @@ func TestRealDriver(t *testing.T) {
 		t.Errorf("waiting for events: %v", err)
 	}
 
-	l := labels.For(sys, devs, config.Config{})
+	l := labels.For(sys, devs, config.Config{}, false)
 	t.Logf("labels: %v", l)
 	want := map[string]string{
 		labels.Present:      "true",

@@ -60,7 +60,9 @@ func (s System) CUDAVersion() (major, minor int) {
 
 // Device is one physical GPU.
 type Device struct {
-	Index        int    `json:"index"`
+	Index int `json:"index"`
+	// Minor is the GPU's device-node minor number (/dev/nvidia<Minor>), -1 when unknown.
+	Minor        int    `json:"minor"`
 	UUID         string `json:"uuid"`
 	Name         string `json:"name"`
 	MemoryMiB    uint64 `json:"memoryMiB"`

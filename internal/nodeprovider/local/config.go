@@ -239,8 +239,11 @@ func KubeletConfig(l Layout, s KubeletSpec) ([]byte, error) {
 		"imageGCHighThresholdPercent": 100,
 		"imageGCLowThresholdPercent":  99,
 		"registerWithTaints":          s.Taints,
-		"nodeStatusReportFrequency":   "1m",
-		"shutdownGracePeriod":         "0s",
+		// Status is computed often (a GPU gone unhealthy leaves allocatable
+		// within a second) but sent only when it changed, or every minute.
+		"nodeStatusUpdateFrequency": "500ms",
+		"nodeStatusReportFrequency": "1m",
+		"shutdownGracePeriod":       "0s",
 	}
 	if s.ClusterDNS != "" {
 		cfg["clusterDNS"] = []string{s.ClusterDNS}

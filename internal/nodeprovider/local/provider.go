@@ -75,6 +75,9 @@ type Options struct {
 	// HostCPU and HostMemory are this machine's shape (detected when zero).
 	HostCPU    resource.Quantity
 	HostMemory resource.Quantity
+	// HostGPUDriver says whether this host's NVIDIA driver runs (see
+	// HostHasGPUDriver): GPU nodes then use it, else simulated GPUs.
+	HostGPUDriver bool
 }
 
 // Provider is the local node provider. Its methods are safe for concurrent use.
@@ -235,13 +238,15 @@ func (p *Provider) Create(ctx context.Context, cluster nodeprovider.Cluster, spe
 	if cluster.Join == nil || cluster.Join.Credentials == nil {
 		return nodeprovider.Instance{}, fmt.Errorf("creating local node for machine %s: cluster %s gives no way to join it", spec.MachineName, cluster.Key)
 	}
-	reserved, err := Reservation(p.opts.HostCPU, p.opts.HostMemory, spec.InstanceType.Spec.CPU, spec.InstanceType.Spec.Memory)
-	if err != nil || spec.InstanceType.Spec.GPU != nil {
-		reason := "it has GPUs and this host has none for local nodes"
-		if err != nil {
-			reason = err.Error()
-		}
-		return nodeprovider.Instance{}, &nodeprovider.InsufficientCapacityError{InstanceType: spec.InstanceType.Name, Reason: reason}
+	reserved, note, err := nodeShape(p.opts.HostCPU, p.opts.HostMemory, spec.InstanceType)
+	if err == nil && spec.InstanceType.Spec.GPU != nil {
+		_, err = GPUBackend(spec.InstanceType.Spec.GPU, p.opts.HostGPUDriver)
+	}
+	if err != nil {
+		return nodeprovider.Instance{}, &nodeprovider.InsufficientCapacityError{InstanceType: spec.InstanceType.Name, Reason: err.Error()}
+	}
+	if note != "" {
+		p.log.Info("node shrunk to this host", "machine", spec.MachineName, "note", note)
 	}
 	nodeName := spec.Template.Name
 
@@ -608,15 +613,19 @@ func (p *Provider) HostInstanceType() (*fkev1.InstanceType, error) {
 	}, nil
 }
 
-// InstanceTypes returns the CPU types of the catalog that fit this host.
+// InstanceTypes returns the types of the catalog this host can make: the
+// CPU types that fit it, and the GPU types its driver (or, without one, a
+// simulated machine) provides, shrunk to the host when larger.
 func (p *Provider) InstanceTypes(_ context.Context, catalog []fkev1.InstanceType) ([]fkev1.InstanceType, error) {
 	var out []fkev1.InstanceType
 	for i := range catalog {
 		it := &catalog[i]
 		if it.Spec.GPU != nil {
-			continue
+			if _, err := GPUBackend(it.Spec.GPU, p.opts.HostGPUDriver); err != nil {
+				continue
+			}
 		}
-		if _, err := Reservation(p.opts.HostCPU, p.opts.HostMemory, it.Spec.CPU, it.Spec.Memory); err == nil {
+		if _, _, err := nodeShape(p.opts.HostCPU, p.opts.HostMemory, it); err == nil {
 			out = append(out, *it.DeepCopy())
 		}
 	}

@@ -12,7 +12,7 @@ import (
 // test where no NVIDIA driver is installed.
 func Real(t testing.TB) nvml.Interface {
 	t.Helper()
-	lib, err := nvml.NewReal()
+	lib, err := nvml.NewReal("")
 	if err != nil {
 		var nd *nvml.ErrNoDriver
 		if errors.As(err, &nd) {
