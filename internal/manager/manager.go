@@ -34,6 +34,7 @@ import (
 	"fke.dev/fke/internal/controller/nodepool"
 	"fke.dev/fke/internal/controlplane/local"
 	"fke.dev/fke/internal/hostnet"
+	"fke.dev/fke/internal/nodejoin"
 	"fke.dev/fke/internal/nodeprovider"
 	"fke.dev/fke/internal/nodeprovider/kwok"
 	localnodes "fke.dev/fke/internal/nodeprovider/local"
@@ -238,8 +239,8 @@ func localProvider(ctx context.Context, opts Options, log *slog.Logger) *localno
 	lo := opts.LocalNodes
 	if lo.Registry == "" && opts.Registry != "" {
 		// Nodes reach the loopback registry at the bridge's gateway.
-		if _, port, ok := strings.Cut(opts.Registry, ":"); ok {
-			lo.Registry = hostnet.Gateway.String() + ":" + port
+		if reg, err := nodejoin.NodeRegistry(opts.Registry); err == nil {
+			lo.Registry = reg
 		}
 	}
 	if lo.PauseImage == "" {

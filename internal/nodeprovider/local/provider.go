@@ -20,6 +20,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -537,7 +538,7 @@ func (p *Provider) Delete(ctx context.Context, cluster nodeprovider.Cluster, pro
 			return fmt.Errorf("deleting node %s of cluster %s: %w", r.Config.Name, cluster.Key, err)
 		}
 	}
-	return p.tidyLocked(ctx)
+	return p.tidyLocked(ctx, r.APIPort)
 }
 
 func (p *Provider) removeLocked(ctx context.Context, r record) error {
@@ -553,9 +554,10 @@ func (p *Provider) removeLocked(ctx context.Context, r record) error {
 	return nil
 }
 
-// tidyLocked unexposes the API ports of clusters without nodes and removes
-// the bridge, chains and namespace directory once no node is left.
-func (p *Provider) tidyLocked(ctx context.Context) error {
+// tidyLocked unexposes the API ports (of nodes just removed) that no node
+// left uses, and removes the bridge, chains and namespace directory once no
+// node is left.
+func (p *Provider) tidyLocked(ctx context.Context, ports ...int) error {
 	all, err := p.records()
 	if err != nil {
 		return err
@@ -563,7 +565,16 @@ func (p *Provider) tidyLocked(ctx context.Context) error {
 	if len(all) == 0 {
 		return p.removeHostLocked(ctx)
 	}
-	return nil
+	var errs []error
+	for _, port := range ports {
+		if port == 0 || slices.ContainsFunc(all, func(r record) bool { return r.APIPort == port }) {
+			continue
+		}
+		if err := p.host.Unexpose(ctx, port); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // removeHostLocked removes the bridge, fke's chains, the mount namespace
@@ -630,22 +641,17 @@ func (p *Provider) Release(ctx context.Context, cluster nodeprovider.Cluster) er
 		return err
 	}
 	var errs []error
-	port := 0
+	var ports []int
 	for _, r := range all {
 		if r.ClusterKey != cluster.Key {
 			continue
 		}
-		port = r.APIPort
+		ports = append(ports, r.APIPort)
 		if err := p.removeLocked(ctx, r); err != nil {
 			errs = append(errs, err)
 		}
 	}
-	if port != 0 {
-		if err := p.host.Unexpose(ctx, port); err != nil {
-			errs = append(errs, err)
-		}
-	}
-	if err := p.tidyLocked(ctx); err != nil {
+	if err := p.tidyLocked(ctx, ports...); err != nil {
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
