@@ -17,6 +17,8 @@ const (
 	ConditionGPUReady = "GPUReady"
 	// ConditionScalingActive is True when a NodePool's size can be changed (not backing off).
 	ConditionScalingActive = "ScalingActive"
+	// ConditionBackupSucceeded says whether a Cluster's last etcd snapshot worked.
+	ConditionBackupSucceeded = "BackupSucceeded"
 	// ConditionRepairing is True on a Machine that auto-repair replaces; the
 	// reason says why (NodeStartupTimeout, NodeNotReady, GPUUnhealthy).
 	ConditionRepairing = "Repairing"
@@ -34,6 +36,8 @@ const (
 	ReasonInternalError      = "InternalError"
 	ReasonDeleting           = "Deleting"
 	ReasonInvalidSpec        = "InvalidSpec"
+	// ReasonRestoreFailed: the snapshot a cluster is to be made from is missing or fails its checksum.
+	ReasonRestoreFailed      = "RestoreFailed"
 	ReasonClusterNotReady    = "ClusterNotReady"
 	ReasonNodeNotFound       = "NodeNotFound"
 	ReasonNodeNotReady       = "NodeNotReady"
@@ -63,6 +67,10 @@ const (
 	// AnnotationScaleDown marks a Machine the autoscaler chose to remove; the
 	// nodepool controller removes such machines first.
 	AnnotationScaleDown = "fke.dev/scale-down"
+	// AnnotationBackupRequested on a Cluster asks for an etcd snapshot now;
+	// its value (any unique string, e.g. a time) is echoed in the
+	// BackupSucceeded condition's message when it is taken.
+	AnnotationBackupRequested = "fke.dev/backup-requested"
 	// AnnotationRepairs on a NodePool lists its recent auto-repairs (unix
 	// seconds, oldest first) for the repair backoff.
 	AnnotationRepairs = "fke.dev/repairs"

@@ -36,7 +36,8 @@ func newClusterCmd(g *globals) *cobra.Command {
 		Aliases: []string{"clusters"},
 		Short:   "Create, list, inspect and delete tenant clusters",
 	}
-	cmd.AddCommand(newClusterCreateCmd(g), newClusterListCmd(g), newClusterGetCmd(g), newClusterDeleteCmd(g))
+	cmd.AddCommand(newClusterCreateCmd(g), newClusterListCmd(g), newClusterGetCmd(g), newClusterDeleteCmd(g),
+		newClusterBackupCmd(g), newClusterBackupsCmd(g), newClusterRestoreCmd(g))
 	return cmd
 }
 

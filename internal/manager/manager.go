@@ -29,6 +29,7 @@ import (
 	"fke.dev/fke/internal/autoscaler/provreq"
 	"fke.dev/fke/internal/binaries"
 	"fke.dev/fke/internal/bootstrap"
+	backupcontroller "fke.dev/fke/internal/controller/backup"
 	"fke.dev/fke/internal/controller/cluster"
 	"fke.dev/fke/internal/controller/machine"
 	"fke.dev/fke/internal/controller/nodepool"
@@ -176,6 +177,11 @@ func Run(ctx context.Context, opts Options) error {
 	tenants.AddNodeHandler(machines.NodeHandler)
 	tenants.AddNodeHandler(pools.NodeHandler)
 	tenants.AddPodHandler(pools.PodHandler)
+	backupDir := filepath.Join(opts.DataDir, "backups")
+	backups := &backupcontroller.Reconciler{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("fke-backup"), Dir: backupDir}
+	if err := backups.SetupWithManager(mgr); err != nil {
+		return fmt.Errorf("setting up backup controller: %w", err)
+	}
 	scaler := &autoscaler.Reconciler{Client: mgr.GetClient(), Tenants: tenants, Recorder: mgr.GetEventRecorder("fke-autoscaler"), Booked: provreq.BookedPods}
 	if err := scaler.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up autoscaler: %w", err)
@@ -191,6 +197,7 @@ func Run(ctx context.Context, opts Options) error {
 	if err := (&cluster.Reconciler{
 		Client:      mgr.GetClient(),
 		Runtime:     rt,
+		BackupDir:   backupDir,
 		Recorder:    mgr.GetEventRecorder("fke-cluster"),
 		Versioner:   ServerVersion,
 		Addons:      tenantAddons,

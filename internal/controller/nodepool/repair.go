@@ -74,6 +74,8 @@ type MachineHealth struct {
 	Name     string
 	Created  time.Time
 	Deleting bool
+	// EverReady: the node was Ready with its GPUs once (startup is over).
+	EverReady bool
 	// Registered and GPUReady are the conditions (nil when not set yet).
 	Registered *metav1.Condition
 	GPUReady   *metav1.Condition
@@ -82,7 +84,7 @@ type MachineHealth struct {
 // HealthOf extracts m's MachineHealth.
 func HealthOf(m *fkev1.Machine) MachineHealth {
 	return MachineHealth{
-		Name: m.Name, Created: m.CreationTimestamp.Time, Deleting: !m.DeletionTimestamp.IsZero(),
+		Name: m.Name, Created: m.CreationTimestamp.Time, Deleting: !m.DeletionTimestamp.IsZero(), EverReady: m.Status.FirstReadyTime != nil,
 		Registered: meta.FindStatusCondition(m.Status.Conditions, fkev1.ConditionRegistered),
 		GPUReady:   meta.FindStatusCondition(m.Status.Conditions, fkev1.ConditionGPUReady),
 	}
@@ -103,13 +105,17 @@ type Verdict struct {
 
 // Judge decides whether h is unhealthy at now under p. A Node that is not
 // Ready (or missing) gets NodeUnhealthyTimeout from when that began, but a
-// new machine always gets NodeStartupTimeout from its creation first; a
-// Ready node's GPUs below the instance type's get GPUUnhealthyTimeout.
+// machine whose node never came up gets NodeStartupTimeout from its
+// creation first; a Ready node's GPUs below the instance type's get
+// GPUUnhealthyTimeout.
 func Judge(h MachineHealth, p RepairPolicy, now time.Time) Verdict {
 	if h.Deleting {
 		return Verdict{}
 	}
 	startup := h.Created.Add(p.NodeStartupTimeout)
+	if h.EverReady {
+		startup = time.Time{} // the node came up once: no startup grace
+	}
 	var v Verdict
 	switch {
 	case h.Registered == nil || h.Registered.Status != metav1.ConditionTrue:
@@ -120,7 +126,7 @@ func Judge(h MachineHealth, p RepairPolicy, now time.Time) Verdict {
 		}
 		v.Deadline = laterOf(startup, since.Add(p.NodeUnhealthyTimeout))
 		v.Reason = "NodeNotReady"
-		if !v.Deadline.After(startup) {
+		if !h.EverReady && !v.Deadline.After(startup) {
 			v.Reason = "NodeStartupTimeout"
 		}
 		v.Message = fmt.Sprintf("%s (since %s)", msg, since.UTC().Format(time.RFC3339))

@@ -33,6 +33,7 @@ func TestJudge(t *testing.T) {
 		{"new machine, node not yet registered: startup timeout not reached", MachineHealth{Created: t0.Add(-9 * time.Minute)}, t0, false, "NodeStartupTimeout"},
 		{"new machine past the startup timeout", MachineHealth{Created: t0.Add(-10 * time.Minute)}, t0, true, "NodeStartupTimeout"},
 		{"new machine, node NotReady since registering: startup rules", MachineHealth{Created: t0.Add(-6 * time.Minute), Registered: cond("False", t0.Add(-6*time.Minute), "node n is not Ready")}, t0, false, "NodeStartupTimeout"},
+		{"a young node that was Ready goes NotReady: no startup grace", MachineHealth{Created: t0.Add(-2 * time.Minute), EverReady: true, Registered: cond("False", t0.Add(-5*time.Minute), "node n is not Ready")}, t0, true, "NodeNotReady"},
 		{"node NotReady for 4m", MachineHealth{Created: old, Registered: cond("False", t0.Add(-4*time.Minute), "node n is not Ready")}, t0, false, "NodeNotReady"},
 		{"node NotReady for 5m", MachineHealth{Created: old, Registered: cond("False", t0.Add(-5*time.Minute), "node n is not Ready")}, t0, true, "NodeNotReady"},
 		{"node gone for 6m", MachineHealth{Created: old, Registered: cond("False", t0.Add(-6*time.Minute), "waiting for the node to register")}, t0, true, "NodeNotReady"},

@@ -18,7 +18,11 @@ func FuzzRenderConfig(f *testing.F) {
 	} {
 		f.Add(s[0], s[1])
 	}
-	want := len(stages())
+	all, err := stages()
+	if err != nil {
+		f.Fatal(err)
+	}
+	want := len(all)
 	f.Fuzz(func(t *testing.T, podCIDR, nodeIP string) {
 		data, err := renderConfig(podCIDR, nodeIP)
 		if err != nil {
