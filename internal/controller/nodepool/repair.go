@@ -171,7 +171,7 @@ type RepairAction struct {
 
 // PlanRepair decides which of a pool's machines to replace at now. Nothing
 // is repaired when the policy is disabled, when more machines are unhealthy
-// than MaxUnhealthy allows (a count, or a percentage of the live machines
+// (past their deadline, or once Ready and failing now) than MaxUnhealthy allows (a count, or a percentage of the live machines
 // rounded down but at least one), or while the pool backs off after many
 // recent repairs (at times recent, newest last).
 func PlanRepair(p RepairPolicy, machines []MachineHealth, recent []time.Time, now time.Time) RepairPlan {
@@ -179,7 +179,7 @@ func PlanRepair(p RepairPolicy, machines []MachineHealth, recent []time.Time, no
 	if p.Disabled {
 		return plan
 	}
-	live := 0
+	live, failing := 0, 0
 	var unhealthy []RepairAction
 	for _, h := range machines {
 		if h.Deleting {
@@ -190,8 +190,12 @@ func PlanRepair(p RepairPolicy, machines []MachineHealth, recent []time.Time, no
 		switch {
 		case v.Unhealthy:
 			unhealthy = append(unhealthy, RepairAction{Machine: h.Name, Verdict: v})
+			failing++
 		case !v.Deadline.IsZero():
 			plan.Next = earliest(plan.Next, v.Deadline)
+			if h.EverReady {
+				failing++ // failing now, due later: a fault of many nodes shows at once
+			}
 		}
 	}
 	if len(unhealthy) == 0 {
@@ -205,9 +209,9 @@ func PlanRepair(p RepairPolicy, machines []MachineHealth, recent []time.Time, no
 	if p.MaxUnhealthy.Type == intstr.String && allowed == 0 && p.MaxUnhealthy.StrVal != "0%" {
 		allowed = 1 // a percentage allows one machine, so that small pools are repaired too
 	}
-	if len(unhealthy) > allowed {
+	if failing > allowed {
 		plan.Blocked = fmt.Sprintf("%d of %d machines are unhealthy, more than maxUnhealthy %s allows (%d): repair stops until fewer are",
-			len(unhealthy), live, p.MaxUnhealthy.String(), allowed)
+			failing, live, p.MaxUnhealthy.String(), allowed)
 		return plan
 	}
 	if wait := BackoffUntil(recent, now); wait.After(now) {

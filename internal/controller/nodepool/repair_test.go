@@ -56,6 +56,8 @@ func TestPlanRepair(t *testing.T) {
 	ok := MachineHealth{Created: old, Registered: cond("True", old, "")}
 	sick := MachineHealth{Created: old, Registered: cond("False", t0.Add(-6*time.Minute), "node n is not Ready")}
 	soon := MachineHealth{Created: old, Registered: cond("False", t0.Add(-time.Minute), "node n is not Ready")}
+	soonAfterReady := MachineHealth{Created: old, EverReady: true, Registered: cond("False", t0.Add(-time.Minute), "node n is not Ready")}
+	starting := MachineHealth{Created: t0.Add(-time.Minute)}
 	named := func(name string, h MachineHealth) MachineHealth { h.Name = name; return h }
 	pool := func(hs ...MachineHealth) []MachineHealth { return hs }
 	for _, tc := range []struct {
@@ -75,6 +77,8 @@ func TestPlanRepair(t *testing.T) {
 		{name: "0% repairs nothing", p: func(p *RepairPolicy) { p.MaxUnhealthy = intstr.FromString("0%") }, machines: pool(named("a", sick)), blocked: "1 of 1"},
 		{name: "a count", p: func(p *RepairPolicy) { p.MaxUnhealthy = intstr.FromInt32(1) }, machines: pool(named("a", sick), named("b", ok)), repair: []string{"a"}},
 		{name: "disabled", p: func(p *RepairPolicy) { p.Disabled = true }, machines: pool(named("a", sick), named("b", ok), named("c", ok))},
+		{name: "one past its timeout, one failing since a moment: both count, repair stops", machines: pool(named("a", sick), named("b", soonAfterReady), named("c", ok), named("d", ok)), blocked: "2 of 4 machines are unhealthy"},
+		{name: "machines still starting do not count", machines: pool(named("a", sick), named("b", starting), named("c", starting), named("d", ok)), repair: []string{"a"}},
 		{name: "not yet: the plan says when to look again", machines: pool(named("a", soon), named("b", ok), named("c", ok)), next: t0.Add(4 * time.Minute)},
 		{name: "three repairs in the hour are free", machines: pool(named("a", sick), named("b", ok), named("c", ok)),
 			recent: []time.Time{t0.Add(-50 * time.Minute), t0.Add(-40 * time.Minute)}, repair: []string{"a"}},
