@@ -30,7 +30,12 @@ func BenchmarkBackupRestore(b *testing.B) {
 	e := testenv.Up(b)
 	ctx := context.Background()
 	e.MustRun("cluster", "create", "big", "--wait")
-	cs := e.Tenant("big")
+	cfg := e.TenantConfig("big")
+	cfg.QPS, cfg.Burst = 1000, 2000 // client-go's default 5/s would take half an hour
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
 	const objects = 10000
 	var next atomic.Int64
 	var wg sync.WaitGroup
