@@ -184,7 +184,9 @@ type record struct {
 	PodCIDR     string            `json:"clusterPodCIDR"`
 	APIPort     int               `json:"apiPort"`
 	Annotations map[string]string `json:"annotations,omitempty"`
-	Config      NodeConfig        `json:"config"`
+	// RealGPUs: the node was given this host's GPUs (one node at a time).
+	RealGPUs bool       `json:"realGPUs,omitempty"`
+	Config   NodeConfig `json:"config"`
 }
 
 func (p *Provider) nodesDir() string { return filepath.Join(p.opts.DataDir, "nodes") }
@@ -266,6 +268,17 @@ func (p *Provider) Create(ctx context.Context, cluster nodeprovider.Cluster, spe
 	if err := checkPodCIDR(cluster, all); err != nil {
 		return nodeprovider.Instance{}, err
 	}
+	realGPUs := spec.InstanceType.Spec.GPU != nil && p.opts.HostGPUDriver
+	if realGPUs {
+		// Every node's agent would see all of the host's GPUs: they go to
+		// one node, or two nodes would hand out the same devices.
+		for _, r := range all {
+			if r.RealGPUs {
+				return nodeprovider.Instance{}, &nodeprovider.InsufficientCapacityError{InstanceType: spec.InstanceType.Name,
+					Reason: fmt.Sprintf("this host's GPUs belong to local node %s of cluster %s", r.Config.Name, r.ClusterKey)}
+			}
+		}
+	}
 	if err := p.ensureClusterDNS(ctx, cluster); err != nil {
 		return nodeprovider.Instance{}, fmt.Errorf("creating local node for machine %s: %w", spec.MachineName, err)
 	}
@@ -284,7 +297,7 @@ func (p *Provider) Create(ctx context.Context, cluster nodeprovider.Cluster, spe
 	if err != nil {
 		return nodeprovider.Instance{}, fmt.Errorf("creating local node for machine %s: %w", spec.MachineName, err)
 	}
-	r := record{ClusterKey: cluster.Key, MachineName: spec.MachineName, PodCIDR: cluster.PodCIDR, APIPort: apiPort, Annotations: spec.Template.Annotations, Config: cfg}
+	r := record{ClusterKey: cluster.Key, MachineName: spec.MachineName, PodCIDR: cluster.PodCIDR, APIPort: apiPort, Annotations: spec.Template.Annotations, RealGPUs: realGPUs, Config: cfg}
 	if err := os.MkdirAll(dir, 0o750); err != nil {
 		return nodeprovider.Instance{}, err
 	}
