@@ -76,7 +76,7 @@ if fke doctor >/dev/null 2>&1; then
     sleep 1
   done
   echo "a local GPU node came up and the pod runs after $((SECONDS - start))s; it was given these GPUs:"
-  k get --raw /api/v1/namespaces/default/pods/infer:8080/proxy/ | tr ',' '\n' | grep -A2 '"gpus"' | head -3
+  k get --raw /api/v1/namespaces/default/pods/infer:8080/proxy/ | grep -o 'GPU-[0-9a-f-]*' | sort -u | sed 's/^/  /'
   k get nodes -l fke.dev/nodepool=h100 -L nvidia.com/gpu.product,fke.dev/gpu.simulated
   k delete pod infer --wait=false
 fi
