@@ -26,6 +26,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	fkev1 "fke.dev/fke/api/v1alpha1"
+	"fke.dev/fke/internal/addons"
 	"fke.dev/fke/internal/controller/cluster"
 )
 
@@ -291,6 +292,9 @@ func describeCluster(ctx context.Context, c client.Client, cl *fkev1.Cluster, ou
 	if err := tw.Flush(); err != nil {
 		return err
 	}
+	if err := printAddons(out, cl); err != nil {
+		return err
+	}
 	var pools fkev1.NodePoolList
 	if err := c.List(ctx, &pools, client.InNamespace(cl.Namespace)); err == nil {
 		var mine []fkev1.NodePool
@@ -318,6 +322,36 @@ func describeCluster(ctx context.Context, c client.Client, cl *fkev1.Cluster, ou
 		}
 	}
 	return printEvents(ctx, c, cl.Namespace, "Cluster", cl.Name, out)
+}
+
+// printAddons lists the cluster's addons: those in status, then those
+// turned on that have no status yet, then those turned off.
+func printAddons(out io.Writer, cl *fkev1.Cluster) error {
+	fmt.Fprintln(out, "\nAddons:")
+	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "  NAME\tVERSION\tPHASE\tSINCE\tMESSAGE")
+	seen := map[string]bool{}
+	for _, a := range cl.Status.Addons {
+		seen[a.Name] = true
+		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\n", a.Name, orDash(a.Version), a.Phase, age(a.LastTransitionTime), a.Message)
+	}
+	for _, a := range []struct {
+		name string
+		on   bool
+	}{
+		{addons.MetricsServerName, cl.Spec.Addons.MetricsServer.IsEnabled()},
+		{"gpu-metrics", cl.Spec.Addons.GPUMetrics.Enabled},
+		{"vertical-pod-autoscaler", cl.Spec.Addons.VerticalPodAutoscaler.Enabled},
+	} {
+		switch {
+		case seen[a.name]:
+		case a.on:
+			fmt.Fprintf(tw, "  %s\t-\tPending\t-\twaits for the control plane\n", a.name)
+		default:
+			fmt.Fprintf(tw, "  %s\t-\tOff\t-\t-\n", a.name)
+		}
+	}
+	return tw.Flush()
 }
 
 // parsePoolShortcut parses name=gpu,type=gpu-h100x8,replicas=2 (or min=,max=).

@@ -28,13 +28,16 @@ import (
 // Runtime runs control planes as child processes of the calling process.
 // Their data lives under <Dir>/<namespace>/<name>.
 type Runtime struct {
-	dir   string
-	bins  map[string]string
-	group *supervisor.Group
-	log   *slog.Logger
+	dir    string
+	bins   map[string]string
+	finder binaries.Finder
+	group  *supervisor.Group
+	log    *slog.Logger
 
 	mu      sync.Mutex
 	running map[string]controlplane.Spec // by key
+	// addons are the addon processes started by EnsureAddons, by key and name.
+	addons map[string]map[string]*controlplane.Addon
 }
 
 var _ controlplane.Runtime = (*Runtime)(nil)
@@ -49,9 +52,11 @@ func New(dir string, finder binaries.Finder, log *slog.Logger) (*Runtime, error)
 	return &Runtime{
 		dir:     dir,
 		bins:    bins,
+		finder:  finder,
 		group:   supervisor.NewGroup(log),
 		log:     log,
 		running: map[string]controlplane.Spec{},
+		addons:  map[string]map[string]*controlplane.Addon{},
 	}, nil
 }
 
@@ -162,6 +167,7 @@ func (r *Runtime) statusLocked(key string) controlplane.Status {
 		}
 		st.Components = append(st.Components, cs)
 	}
+	st.Addons = r.addonStatusLocked(key)
 	return st
 }
 
@@ -188,6 +194,10 @@ func (r *Runtime) Stop(ctx context.Context, key string) error {
 
 func (r *Runtime) stopLocked(ctx context.Context, key string) error {
 	var errs []error
+	// Addons first: they are clients of the API server.
+	if err := r.stopAddonsLocked(ctx, key); err != nil {
+		errs = append(errs, err)
+	}
 	// Reverse order: clients before the API server, the API server before etcd.
 	for i := len(controlplane.Components) - 1; i >= 0; i-- {
 		name := processName(key, controlplane.Components[i])
