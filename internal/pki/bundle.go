@@ -43,6 +43,10 @@ const (
 	// MetricsServerClient is metrics-server's client certificate, for the
 	// API server and the kubelets it scrapes.
 	MetricsServerClient = "metrics-server-client"
+	// LoopbackKubelet is the serving certificate of a kubelet API served on
+	// loopback for simulated nodes (kwok's), so that metrics-server, which
+	// checks kubelets against the cluster CA, accepts it.
+	LoopbackKubelet = "loopback-kubelet"
 )
 
 // File names in a Bundle.
@@ -179,6 +183,9 @@ var leaves = []leaf{
 		return CertSpec{CommonName: MetricsServerServiceName, DNSNames: []string{MetricsServerServiceName}, Usages: UsageServer}
 	}},
 	{MetricsServerClient, CA, client(MetricsServerUser)},
+	{LoopbackKubelet, CA, func(ControlPlaneSpec) CertSpec {
+		return CertSpec{CommonName: "loopback-kubelet", DNSNames: []string{"localhost"}, IPs: []net.IP{net.IPv4(127, 0, 0, 1)}, Usages: UsageServer}
+	}},
 	{EtcdServer, EtcdCA, func(s ControlPlaneSpec) CertSpec {
 		return CertSpec{
 			CommonName: "etcd-server",

@@ -11,6 +11,8 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+	metricsresource "sigs.k8s.io/kwok/kustomize/metrics/resource"
+	metricsusage "sigs.k8s.io/kwok/kustomize/metrics/usage"
 	nodefast "sigs.k8s.io/kwok/kustomize/stage/node/fast"
 	nodeheartbeat "sigs.k8s.io/kwok/kustomize/stage/node/heartbeat-with-lease"
 	podfast "sigs.k8s.io/kwok/kustomize/stage/pod/fast"
@@ -98,6 +100,30 @@ spec:
     delete: true
 `
 
+// Simulated resource use. kwok serves each node's kubelet resource
+// metrics (/metrics/resource, what metrics-server scrapes) at
+// /metrics/nodes/<node>/metrics/resource of its server, computed from
+// kwok's own Metric and ClusterResourceUsage objects: a container uses
+// the CPU and memory its pod's annotations say (AnnotationUsageCPU,
+// AnnotationUsageMemory; 1m and 1Mi without them), and its CPU time grows
+// at that rate. Both annotations are kwok's own.
+const (
+	AnnotationUsageCPU    = "kwok.x-k8s.io/usage-cpu"
+	AnnotationUsageMemory = "kwok.x-k8s.io/usage-memory"
+	// AnnotationResourceMetricsPath on a Node tells metrics-server where
+	// the node's resource metrics are (metrics-server's own annotation).
+	AnnotationResourceMetricsPath = "metrics.k8s.io/resource-metrics-path"
+)
+
+// ResourceMetricsPath is where kwok serves the resource metrics of node.
+func ResourceMetricsPath(node string) string { return "/metrics/nodes/" + node + "/metrics/resource" }
+
+// usageObjects returns kwok's Metric (the kubelet's resource metrics) and
+// ClusterResourceUsage (use from pod annotations) objects.
+func usageObjects() []string {
+	return []string{metricsresource.DefaultMetricsResource, metricsusage.DefaultUsageFromAnnotation}
+}
+
 // stages returns the Stage objects fke runs kwok with: nodes become Ready
 // at once and keep a lease; pods become Running at once, complete when
 // their containers are all done, and go away when deleted (after the delay
@@ -147,21 +173,29 @@ func renderConfig(podCIDR, nodeIP string) ([]byte, error) {
 		return nil, fmt.Errorf("rendering kwok configuration: %w", err)
 	}
 	docs := []string{strings.TrimSpace(string(head))}
-	for _, s := range stages() {
+	for _, s := range append(stages(), usageObjects()...) {
 		docs = append(docs, strings.TrimSpace(s))
 	}
 	return []byte(strings.Join(docs, "\n---\n") + "\n"), nil
 }
 
-// args returns kwok's command line.
-func args(kubeconfigPath, configPath string, serverPort int) []string {
-	return []string{
+// args returns kwok's command line. Nodes advertise serverPort as their
+// kubelet port, where kwok serves their kubelet API (HTTP and HTTPS on one
+// port); with certFile and keyFile its HTTPS uses that certificate rather
+// than a self-signed one.
+func args(kubeconfigPath, configPath string, serverPort int, certFile, keyFile string) []string {
+	out := []string{
 		"--kubeconfig=" + kubeconfigPath,
 		"--config=" + configPath,
 		"--manage-all-nodes=false",
 		"--manage-nodes-with-annotation-selector=" + AnnotationNode + "=" + AnnotationNodeValue,
 		"--server-address=127.0.0.1:" + strconv.Itoa(serverPort),
+		"--node-port=" + strconv.Itoa(serverPort),
 	}
+	if certFile != "" && keyFile != "" {
+		out = append(out, "--tls-cert-file="+certFile, "--tls-private-key-file="+keyFile)
+	}
+	return out
 }
 
 // kubeconfigFor renders cfg (a tenant's admin rest.Config) as a kubeconfig.

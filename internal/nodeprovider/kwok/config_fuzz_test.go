@@ -18,7 +18,7 @@ func FuzzRenderConfig(f *testing.F) {
 	} {
 		f.Add(s[0], s[1])
 	}
-	want := len(stages())
+	want := len(stages()) + len(usageObjects())
 	f.Fuzz(func(t *testing.T, podCIDR, nodeIP string) {
 		data, err := renderConfig(podCIDR, nodeIP)
 		if err != nil {
