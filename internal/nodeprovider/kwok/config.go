@@ -118,10 +118,21 @@ const (
 // ResourceMetricsPath is where kwok serves the resource metrics of node.
 func ResourceMetricsPath(node string) string { return "/metrics/nodes/" + node + "/metrics/resource" }
 
+// Container start times in kwok's default resource Metric are seconds
+// since the pod started, not since the epoch as the kubelet reports them:
+// metrics-server then takes every scrape for a restarted container and
+// serves a pod's metrics only after about a minute. fke reports the pod's
+// creation as the start, which does not move.
+const (
+	kwokStartTime  = `value: 'pod.SinceSecond()'`
+	fixedStartTime = `value: 'UnixSecond(pod.metadata.creationTimestamp)'`
+)
+
 // usageObjects returns kwok's Metric (the kubelet's resource metrics) and
 // ClusterResourceUsage (use from pod annotations) objects.
 func usageObjects() []string {
-	return []string{metricsresource.DefaultMetricsResource, metricsusage.DefaultUsageFromAnnotation}
+	metric := strings.Replace(metricsresource.DefaultMetricsResource, kwokStartTime, fixedStartTime, 1)
+	return []string{metric, metricsusage.DefaultUsageFromAnnotation}
 }
 
 // stages returns the Stage objects fke runs kwok with: nodes become Ready

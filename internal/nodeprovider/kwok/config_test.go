@@ -83,6 +83,10 @@ func TestRenderConfig(t *testing.T) {
 					if spec["path"] != "/metrics/nodes/{nodeName}/metrics/resource" || ResourceMetricsPath("n1") != "/metrics/nodes/n1/metrics/resource" {
 						t.Errorf("metric path %v, nodes point at %s", spec["path"], ResourceMetricsPath("n1"))
 					}
+					// Container start times since the epoch, as a kubelet's.
+					if text := fmt.Sprint(spec["metrics"]); !strings.Contains(text, "UnixSecond(pod.metadata.creationTimestamp)") || strings.Contains(text, "SinceSecond") {
+						t.Errorf("container start time is not an epoch time: %s", text)
+					}
 					continue
 				}
 				if kind == "ClusterResourceUsage" {
