@@ -55,6 +55,7 @@ func newClusterCreateCmd(g *globals) *cobra.Command {
 		timeout  time.Duration
 		pools    []string
 		expander string
+		metrics  bool
 
 		podCIDR, serviceCIDR string
 	)
@@ -96,6 +97,7 @@ func newClusterCreateCmd(g *globals) *cobra.Command {
 					Version:     version,
 					Network:     fkev1.ClusterNetwork{PodCIDR: podCIDR, ServiceCIDR: serviceCIDR},
 					Autoscaling: fkev1.ClusterAutoscaling{Expander: fkev1.Expander(expander)},
+					Addons:      fkev1.ClusterAddons{MetricsServer: fkev1.MetricsServerAddon{Enabled: &metrics}},
 				},
 			}
 			if err := c.Create(cmd.Context(), cl); err != nil {
@@ -123,6 +125,7 @@ func newClusterCreateCmd(g *globals) *cobra.Command {
 	}
 	cmd.Flags().StringVar(&version, "version", cluster.SupportedVersion, "Kubernetes version of the control plane")
 	cmd.Flags().BoolVar(&wait, "wait", false, "wait until the cluster (and its node pools) are Ready")
+	cmd.Flags().BoolVar(&metrics, "metrics-server", true, "run metrics-server for the cluster (kubectl top, HPAs on CPU and memory); --metrics-server=false to leave it out")
 	cmd.Flags().StringVar(&expander, "expander", string(fkev1.ExpanderLeastWaste), "node autoscaler expander: least-waste, price, priority or random")
 	cmd.Flags().StringArrayVar(&pools, "nodepool", nil, "add a node pool: name=N,type=T,replicas=R or name=N,type=T,min=A,max=B (repeatable)")
 	cmd.Flags().DurationVar(&timeout, "timeout", 5*time.Minute, "how long --wait waits")

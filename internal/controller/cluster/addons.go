@@ -114,7 +114,7 @@ func addonsCondition(base error, statuses []fkev1.AddonStatus, gen int64) metav1
 // enabled addon, so disabled ones stop), then each addon's objects in the
 // tenant, and records status.addons and AddonsReady. base is the outcome of
 // installing the addons every cluster gets. It reports whether an addon is
-// not settled yet (the caller polls sooner).
+// being installed or removed (the caller polls sooner).
 func (r *Reconciler) reconcileAddons(ctx context.Context, cl *fkev1.Cluster, key, endpoint string, b pki.Bundle, cfg *rest.Config, base error) (pending bool) {
 	log := logr.FromContextOrDiscard(ctx)
 	obs := make([]addonObservation, len(r.Managed))
@@ -177,7 +177,8 @@ func (r *Reconciler) reconcileAddons(ctx context.Context, cl *fkev1.Cluster, key
 		if st == nil {
 			continue
 		}
-		if st.Phase != fkev1.AddonReady {
+		// Failed addons are retried at the slow pace.
+		if st.Phase == fkev1.AddonInstalling || st.Phase == fkev1.AddonRemoving {
 			pending = true
 		}
 		if prev == nil || prev.Phase != st.Phase {
