@@ -134,4 +134,3 @@ func waitFile(t *testing.T, path, want string) {
 		time.Sleep(20 * time.Millisecond)
 	}
 }
-
