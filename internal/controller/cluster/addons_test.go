@@ -1,15 +1,21 @@
 package cluster
 
 import (
+	"context"
 	"errors"
 	"strings"
 	"testing"
 	"time"
 
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/events"
 
 	fkev1 "fke.dev/fke/api/v1alpha1"
+	"fke.dev/fke/internal/addons"
 	"fke.dev/fke/internal/controlplane"
+	"fke.dev/fke/internal/pki"
 )
 
 func TestDecideAddon(t *testing.T) {
@@ -107,6 +113,113 @@ func TestAddonsCondition(t *testing.T) {
 			c := addonsCondition(tc.base, tc.statuses, 4)
 			if c.Type != fkev1.ConditionAddonsReady || c.Status != tc.status || c.Reason != tc.reason || !strings.Contains(c.Message, tc.message) || c.ObservedGeneration != 4 {
 				t.Errorf("got %+v, want %s %s with %q", c, tc.status, tc.reason, tc.message)
+			}
+		})
+	}
+}
+
+// fakeRuntime runs no processes: EnsureAddons reports the asked addons
+// with the state in procs (absent: not started).
+type fakeRuntime struct {
+	controlplane.Runtime
+	procs map[string]controlplane.ComponentStatus
+	asked []string
+	err   error
+}
+
+func (f *fakeRuntime) EnsureAddons(_ context.Context, _ string, addons []controlplane.Addon) (controlplane.Status, error) {
+	f.asked = f.asked[:0]
+	var st controlplane.Status
+	for _, a := range addons {
+		f.asked = append(f.asked, a.Name)
+		if p, ok := f.procs[a.Name]; ok {
+			st.Addons = append(st.Addons, p)
+		}
+	}
+	return st, f.err
+}
+
+// fakeAddon records the calls of the cluster controller.
+type fakeAddon struct {
+	enabled bool
+	serving bool
+	calls   []string
+}
+
+func (f *fakeAddon) Name() string                { return "fake" }
+func (f *fakeAddon) Version() string             { return "v1" }
+func (f *fakeAddon) Enabled(*fkev1.Cluster) bool { return f.enabled }
+func (f *fakeAddon) Process(*fkev1.Cluster, string, pki.Bundle) (controlplane.Addon, error) {
+	return controlplane.Addon{Name: "fake", Binary: "fake"}, nil
+}
+func (f *fakeAddon) Install(context.Context, *rest.Config, *fkev1.Cluster, pki.Bundle) error {
+	f.calls = append(f.calls, "install")
+	return nil
+}
+func (f *fakeAddon) Serving(context.Context, *rest.Config) (bool, string, error) {
+	f.calls = append(f.calls, "serving")
+	return f.serving, "why", nil
+}
+func (f *fakeAddon) Remove(context.Context, *rest.Config) error {
+	f.calls = append(f.calls, "remove")
+	return nil
+}
+
+// TestReconcileAddons: an enabled addon's objects go in while its process
+// starts and it is asked whether it serves once the process is ready; a
+// disabled one that was installed is removed once its process is gone, and
+// leaves status.
+func TestReconcileAddons(t *testing.T) {
+	ready := controlplane.ComponentStatus{Name: "fake", Running: true, Ready: true, PID: 1}
+	starting := controlplane.ComponentStatus{Name: "fake", Running: true, PID: 1}
+	for _, tc := range []struct {
+		name      string
+		enabled   bool
+		serving   bool
+		procs     map[string]controlplane.ComponentStatus
+		known     bool // in status.addons before the pass
+		wantCalls string
+		wantPhase fkev1.AddonPhase // "" means no status
+		pending   bool
+	}{
+		{"starting: objects go in", true, false, map[string]controlplane.ComponentStatus{"fake": starting}, false, "install", fkev1.AddonInstalling, true},
+		{"process ready, API not yet", true, false, map[string]controlplane.ComponentStatus{"fake": ready}, false, "install,serving", fkev1.AddonInstalling, true},
+		{"serving", true, true, map[string]controlplane.ComponentStatus{"fake": ready}, false, "install,serving", fkev1.AddonReady, false},
+		{"could not start", true, false, nil, false, "", fkev1.AddonFailed, false},
+		{"turned off: removed", false, false, nil, true, "remove", "", false},
+		{"never on: nothing to do", false, false, nil, false, "", "", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rt := &fakeRuntime{procs: tc.procs}
+			if tc.procs == nil && tc.enabled {
+				rt.err = errors.New("fake not found")
+			}
+			a := &fakeAddon{enabled: tc.enabled, serving: tc.serving}
+			r := &Reconciler{Runtime: rt, Recorder: events.NewFakeRecorder(10), Managed: []addons.Managed{a}}
+			cl := &fkev1.Cluster{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "demo"}}
+			if tc.known {
+				cl.Status.Addons = []fkev1.AddonStatus{{Name: "fake", Phase: fkev1.AddonReady}}
+			}
+			pending := r.reconcileAddons(context.Background(), cl, "default/demo", "https://127.0.0.1:1", pki.Bundle{}, &rest.Config{}, nil)
+			if got := strings.Join(a.calls, ","); got != tc.wantCalls {
+				t.Errorf("calls %q, want %q", got, tc.wantCalls)
+			}
+			if tc.enabled != (len(rt.asked) == 1) {
+				t.Errorf("processes asked of the runtime: %v", rt.asked)
+			}
+			st, ok := findAddon(cl.Status.Addons, "fake")
+			switch {
+			case tc.wantPhase == "" && ok:
+				t.Errorf("status %+v, want none", st)
+			case tc.wantPhase != "" && (!ok || st.Phase != tc.wantPhase):
+				t.Errorf("status %+v, want phase %s", st, tc.wantPhase)
+			}
+			if pending != tc.pending {
+				t.Errorf("pending %v, want %v", pending, tc.pending)
+			}
+			if c := meta.FindStatusCondition(cl.Status.Conditions, fkev1.ConditionAddonsReady); c == nil ||
+				(c.Status == metav1.ConditionTrue) != (tc.wantPhase == "" || tc.wantPhase == fkev1.AddonReady) {
+				t.Errorf("AddonsReady %+v with phase %q", c, tc.wantPhase)
 			}
 		})
 	}
