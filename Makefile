@@ -5,6 +5,9 @@ OUTPUT ?= $(CURDIR)/_output
 BIN := $(OUTPUT)/bin
 CONTROLLER_GEN := $(OUTPUT)/tools/controller-gen
 export FKE_BIN_DIR ?= $(BIN)
+# go-nvml's cgo bindings declare functions NVIDIA marked deprecated; the
+# compiler's warnings about them say nothing about fke and fill the screen.
+export CGO_CFLAGS ?= -O2 -g -Wno-deprecated-declarations
 
 .PHONY: help all build binaries generate generate-tenant-crds manifests test test-unit test-integration test-e2e demo bench vet clean
 
@@ -17,7 +20,7 @@ build: ## build fke, fke-manager, fke-gpu-agent, fke-pause and fke-demo-server i
 	@mkdir -p $(BIN)
 	$(GO) build -o $(BIN)/ ./cmd/...
 
-binaries: ## build kube-apiserver, kube-controller-manager, kube-scheduler, kubelet, kubectl, kube-proxy, etcd, kwok, registry, coredns, metrics-server and kueue (for its e2e test) into _output/bin (skips current ones)
+binaries: ## build kube-apiserver, kube-controller-manager, kube-scheduler, kubelet, kubectl, kube-proxy, etcd, etcdutl, kwok, registry, coredns, metrics-server and kueue (for its e2e test) into _output/bin (skips current ones)
 	@hack/k8s/build.sh $(BIN)
 
 $(CONTROLLER_GEN): hack/tools/go.mod hack/tools/go.sum

@@ -109,6 +109,19 @@ func (r *recovery) tenantEtcdProc() testenv.Proc {
 	return r.one("--data-dir=" + filepath.Join(r.e.ClusterDir("rec"), "etcd"))
 }
 
+// componentPID waits until the daemon's state names the running process
+// of component (it records a restarted one's pid a moment after it starts).
+func (r *recovery) componentPID(component string) int {
+	var pid int
+	until(r.b, 30*time.Second, component+" pid recorded", func() error {
+		if pid = r.e.ComponentPID(component); pid <= 0 || !testenv.Alive(pid) {
+			return fmt.Errorf("pid %d", pid)
+		}
+		return nil
+	})
+	return pid
+}
+
 // settle waits until everything serves before the next kill.
 func (r *recovery) settle() {
 	until(r.b, 2*time.Minute, "all serving", func() error {
@@ -131,7 +144,7 @@ func (r *recovery) crashes() {
 			var d time.Duration
 			switch c {
 			case caseManager:
-				d = sinceReady(r.b, testenv.KillPID(r.b, r.e.ComponentPID("fke-manager")), r.tenantReady)
+				d = sinceReady(r.b, testenv.KillPID(r.b, r.componentPID("fke-manager")), r.tenantReady)
 			case caseDaemon:
 				testenv.KillPID(r.b, r.e.State().PID)
 				until(r.b, time.Minute, "processes gone", func() error {
@@ -148,7 +161,7 @@ func (r *recovery) crashes() {
 			case caseTenantEtcd:
 				d = sinceReady(r.b, testenv.KillPID(r.b, r.tenantEtcdProc().PID), r.etcdReady("rec", r.tenantEtcdPort()))
 			case caseManagementEtcd:
-				d = sinceReady(r.b, testenv.KillPID(r.b, r.e.ComponentPID("etcd")), mgmtEtcd)
+				d = sinceReady(r.b, testenv.KillPID(r.b, r.componentPID("etcd")), mgmtEtcd)
 			}
 			r.crash[c] = append(r.crash[c], d)
 			r.b.Logf("%s: recovered in %.2fs", c, d.Seconds())

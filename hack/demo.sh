@@ -62,6 +62,25 @@ done
 echo "GPU pool at 0 nodes after $((SECONDS - start))s"
 fke --data-dir "$data" nodepool get demo/gpu
 
+if fke doctor >/dev/null 2>&1; then
+  step "Real nodes: a local GPU pool at 0 (kubelet + containerd on this machine; simulated H100s without a driver)"
+  fke --data-dir "$data" nodepool create demo/h100 --provider local --instance-type gpu-h100x8 \
+    --min 0 --max 1 --scale-down-unneeded-time 20s
+  # Nodes pull from fke's registry at the host bridge's address.
+  img=$(fke --data-dir "$data" image list | awk '/fke\/demo-server/ {print $1; exit}' | sed 's#^127\.0\.0\.1#172.29.0.1#')
+  k run infer --image "$img" --restart Never --overrides '{"apiVersion":"v1","spec":{"nodeSelector":{"fke.dev/nodepool":"h100"},
+    "containers":[{"name":"infer","image":"'"$img"'","resources":{"limits":{"nvidia.com/gpu":"2"}}}]}}'
+  start=$SECONDS
+  until [ "$(k get pod infer -o jsonpath='{.status.phase}' 2>/dev/null)" = Running ]; do
+    [ $((SECONDS - start)) -lt 180 ] || { echo "the GPU pod is not running after 180s" >&2; k describe pod infer >&2; exit 1; }
+    sleep 1
+  done
+  echo "a local GPU node came up and the pod runs after $((SECONDS - start))s; it was given these GPUs:"
+  k get --raw /api/v1/namespaces/default/pods/infer:8080/proxy/ | tr ',' '\n' | grep -A2 '"gpus"' | head -3
+  k get nodes -l fke.dev/nodepool=h100 -L nvidia.com/gpu.product,fke.dev/gpu.simulated
+  k delete pod infer --wait=false
+fi
+
 step "Done. The management plane keeps running:"
 echo "  $bin/fke cluster list"
 echo "  $bin/fke kubeconfig demo > demo.kubeconfig"

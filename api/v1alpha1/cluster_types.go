@@ -50,6 +50,54 @@ type ClusterSpec struct {
 	// +kubebuilder:default={}
 	// +optional
 	Autoscaling ClusterAutoscaling `json:"autoscaling,omitempty"`
+
+	// Backup takes etcd snapshots of the cluster on a schedule.
+	// +optional
+	Backup *ClusterBackup `json:"backup,omitempty"`
+
+	// RestoreFrom makes a new cluster from a snapshot of another one: same
+	// CA and keys, the snapshot's objects. Set at creation only.
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="restoreFrom is immutable: it only says what a cluster was created from"
+	// +optional
+	RestoreFrom *ClusterRestore `json:"restoreFrom,omitempty"`
+}
+
+// ClusterBackup schedules etcd snapshots.
+type ClusterBackup struct {
+	// Schedule is a cron expression (5 fields, or @hourly, @daily, @every 6h)
+	// in UTC; empty takes snapshots on request only (fke cluster backup).
+	// +kubebuilder:validation:MaxLength=100
+	// +optional
+	Schedule string `json:"schedule,omitempty"`
+	// Retain is how many snapshots are kept (the oldest go first); default 7.
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=1000
+	// +optional
+	Retain int32 `json:"retain,omitempty"`
+}
+
+// ClusterRestore names the snapshot a cluster is restored from.
+type ClusterRestore struct {
+	// Cluster is the cluster (in the same namespace) the snapshot was taken of.
+	// +kubebuilder:validation:MinLength=1
+	Cluster string `json:"cluster"`
+	// Snapshot is the snapshot's name (fke cluster backups CLUSTER).
+	// +kubebuilder:validation:MinLength=1
+	Snapshot string `json:"snapshot"`
+}
+
+// BackupRecord is one snapshot of a cluster's etcd.
+type BackupRecord struct {
+	// Name identifies the snapshot, e.g. 20261201T120000Z.
+	Name string `json:"name"`
+	// Time is when it was taken.
+	Time metav1.Time `json:"time"`
+	// Size is its size in bytes.
+	Size int64 `json:"size"`
+	// SHA256 is the checksum of the snapshot file, checked before any restore.
+	SHA256 string `json:"sha256"`
+	// Revision is the etcd revision it holds.
+	Revision int64 `json:"revision,omitempty"`
 }
 
 // ClusterNetwork holds the address ranges of a cluster. Pod and Service
@@ -226,7 +274,13 @@ type ClusterStatus struct {
 	// +listMapKey=name
 	// +optional
 	Addons []AddonStatus `json:"addons,omitempty"`
-	// Conditions: ControlPlaneReady, AddonsReady, Ready.
+	// Backups are the snapshots kept, oldest first.
+	// +optional
+	Backups []BackupRecord `json:"backups,omitempty"`
+	// BackupRequest is the last fke.dev/backup-requested value handled.
+	// +optional
+	BackupRequest string `json:"backupRequest,omitempty"`
+	// Conditions: ControlPlaneReady, AddonsReady, Ready, BackupSucceeded.
 	// +listType=map
 	// +listMapKey=type
 	// +optional

@@ -17,6 +17,14 @@ const (
 	ConditionGPUReady = "GPUReady"
 	// ConditionScalingActive is True when a NodePool's size can be changed (not backing off).
 	ConditionScalingActive = "ScalingActive"
+	// ConditionBackupSucceeded says whether a Cluster's last etcd snapshot worked.
+	ConditionBackupSucceeded = "BackupSucceeded"
+	// ConditionRepairing is True on a Machine that auto-repair replaces; the
+	// reason says why (NodeStartupTimeout, NodeNotReady, GPUUnhealthy).
+	ConditionRepairing = "Repairing"
+	// ConditionRepairBlocked is True on a NodePool whose unhealthy machines
+	// are left alone (too many unhealthy at once, or backing off).
+	ConditionRepairBlocked = "RepairBlocked"
 )
 
 // Condition reasons shared by several kinds.
@@ -28,12 +36,16 @@ const (
 	ReasonInternalError      = "InternalError"
 	ReasonDeleting           = "Deleting"
 	ReasonInvalidSpec        = "InvalidSpec"
+	// ReasonRestoreFailed: the snapshot a cluster is to be made from is missing or fails its checksum.
+	ReasonRestoreFailed      = "RestoreFailed"
 	ReasonClusterNotReady    = "ClusterNotReady"
 	ReasonNodeNotFound       = "NodeNotFound"
 	ReasonNodeNotReady       = "NodeNotReady"
 	ReasonGPUsNotAllocatable = "GPUsNotAllocatable"
-	ReasonNoGPUs             = "NoGPUs"
-	ReasonScaling            = "Scaling"
+	// ReasonGPUHealthMonitorFailed: the node's GPU agent cannot watch its GPUs' health.
+	ReasonGPUHealthMonitorFailed = "GPUHealthMonitorFailed"
+	ReasonNoGPUs                 = "NoGPUs"
+	ReasonScaling                = "Scaling"
 	// ReasonInsufficientCapacity: the provider cannot make the instance type now.
 	ReasonInsufficientCapacity = "InsufficientCapacity"
 	// ReasonGPUAgentFailed: fke could not install the GPU agent of a pool of real GPU nodes.
@@ -57,6 +69,13 @@ const (
 	// AnnotationScaleDown marks a Machine the autoscaler chose to remove; the
 	// nodepool controller removes such machines first.
 	AnnotationScaleDown = "fke.dev/scale-down"
+	// AnnotationBackupRequested on a Cluster asks for an etcd snapshot now;
+	// its value (any unique string, e.g. a time) is echoed in the
+	// BackupSucceeded condition's message when it is taken.
+	AnnotationBackupRequested = "fke.dev/backup-requested"
+	// AnnotationRepairs on a NodePool lists its recent auto-repairs (unix
+	// seconds, oldest first) for the repair backoff.
+	AnnotationRepairs = "fke.dev/repairs"
 	// AnnotationRenamedFrom on a NodePool names the pool object it was
 	// renamed from when per-cluster pool names came in.
 	AnnotationRenamedFrom = "fke.dev/renamed-from"

@@ -46,6 +46,10 @@ type MachineStatus struct {
 	// NodeName is the name of the Node in the tenant cluster.
 	// +optional
 	NodeName string `json:"nodeName,omitempty"`
+	// FirstReadyTime is when the machine's node was first Ready with its
+	// GPUs; until then repair gives it the pool's node startup timeout.
+	// +optional
+	FirstReadyTime *metav1.Time `json:"firstReadyTime,omitempty"`
 	// GPUAllocatable is the number of GPUs the Node reports allocatable.
 	// +optional
 	GPUAllocatable int64 `json:"gpuAllocatable,omitempty"`

@@ -43,3 +43,14 @@ func (np *NodePool) MachineSelector() map[string]string {
 func (m *Machine) NodePoolKey() string {
 	return NodePoolObjectName(m.Spec.ClusterName, m.Spec.NodePoolName)
 }
+
+// GPUReplicas is how many times fke's GPU agent advertises each GPU of the
+// pool's real nodes as nvidia.com/gpu: the time-slicing replicas when MIG
+// is not used, else 1.
+func (np *NodePool) GPUReplicas() int64 {
+	g := np.Spec.GPU
+	if g == nil || g.TimeSlicingReplicas < 2 || (g.MIGStrategy != "" && g.MIGStrategy != "none") {
+		return 1
+	}
+	return int64(g.TimeSlicingReplicas)
+}

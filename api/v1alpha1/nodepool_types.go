@@ -102,6 +102,41 @@ type NodePoolSpec struct {
 	// +kubebuilder:default={}
 	// +optional
 	Upgrade NodePoolUpgrade `json:"upgrade,omitempty"`
+
+	// Repair replaces the pool's unhealthy nodes: drained, deleted and made
+	// again (Cluster API's MachineHealthCheck semantics). On by default.
+	// +kubebuilder:default={}
+	// +optional
+	Repair NodePoolRepair `json:"repair,omitempty"`
+}
+
+// NodePoolRepair says when a node counts as unhealthy and how much of the
+// pool may be repaired at once.
+type NodePoolRepair struct {
+	// Disabled turns auto-repair off for the pool.
+	// +optional
+	Disabled bool `json:"disabled,omitempty"`
+	// NodeUnhealthyTimeout is how long a Node may be NotReady, unreachable
+	// or gone before its machine is replaced (default 5m).
+	// +optional
+	NodeUnhealthyTimeout *metav1.Duration `json:"nodeUnhealthyTimeout,omitempty"`
+	// NodeStartupTimeout is how long a new machine's Node may take to
+	// register and become Ready (default 10m).
+	// +optional
+	NodeStartupTimeout *metav1.Duration `json:"nodeStartupTimeout,omitempty"`
+	// GPUUnhealthyTimeout is how long a GPU node may have fewer GPUs
+	// allocatable than its instance type, or a GPU health monitor that
+	// cannot run, before it is replaced (default 10m).
+	// +optional
+	GPUUnhealthyTimeout *metav1.Duration `json:"gpuUnhealthyTimeout,omitempty"`
+	// MaxUnhealthy stops repair while more of the pool's machines than this
+	// (a count, or a percentage rounded down but at least one) are unhealthy
+	// at once: a fault of the whole fleet is not fixed by replacing every
+	// node (default 40%).
+	// +kubebuilder:validation:XIntOrString
+	// +kubebuilder:validation:XValidation:rule="type(self) == int ? self >= 0 : self.matches('^[0-9]+%$')",message="maxUnhealthy must be a count (0 or more) or a percentage such as 40%"
+	// +optional
+	MaxUnhealthy *intstr.IntOrString `json:"maxUnhealthy,omitempty"`
 }
 
 // NodePoolGPU is how a pool's GPUs are shared and advertised.

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds the upstream components fke runs into _output/bin:
 #   kube-apiserver, kube-controller-manager, kube-scheduler, kubelet (k8s.io/kubernetes),
-#   etcd (go.etcd.io/etcd/server/v3), kwok (sigs.k8s.io/kwok), the OCI registry
+#   etcd (go.etcd.io/etcd/server/v3), etcdutl (go.etcd.io/etcd/etcdutl/v3), kwok (sigs.k8s.io/kwok), the OCI registry
 #   (github.com/distribution/distribution/v3), coredns (github.com/coredns/coredns),
 #   metrics-server (sigs.k8s.io/metrics-server) and, for the end-to-end test of Kueue's ProvisioningRequest admission check,
 #   kueue (sigs.k8s.io/kueue/cmd/kueue).
@@ -32,6 +32,7 @@ ldflags+=" -s -w"
 # name|module dir|package
 all=(
   "etcd|etcd|go.etcd.io/etcd/server/v3"
+  "etcdutl|etcd|go.etcd.io/etcd/etcdutl/v3"
   "kube-apiserver|.|k8s.io/kubernetes/cmd/kube-apiserver"
   "kube-controller-manager|.|k8s.io/kubernetes/cmd/kube-controller-manager"
   "kube-scheduler|.|k8s.io/kubernetes/cmd/kube-scheduler"
@@ -92,7 +93,7 @@ for entry in "${selected[@]}"; do
   t0=$SECONDS
   flags=(-trimpath -ldflags "$ldflags")
   case $name in
-  kwok | etcd | registry | coredns | kueue) flags=(-trimpath -ldflags "-s -w") ;;
+  kwok | etcd | etcdutl | registry | coredns | kueue) flags=(-trimpath -ldflags "-s -w") ;;
   # metrics-server reports client-go's version as its own, as its Makefile sets it.
   metrics-server) flags=(-trimpath -ldflags "-s -w -X k8s.io/client-go/pkg/version.gitVersion=v0.8.0") ;;
   esac

@@ -16,7 +16,9 @@ const EnvDir = "FKE_BIN_DIR"
 
 // Names of the upstream binaries built by `make binaries`.
 const (
-	Etcd                  = "etcd"
+	Etcd = "etcd"
+	// Etcdutl restores etcd snapshots (a cluster created from a backup).
+	Etcdutl               = "etcdutl"
 	KubeAPIServer         = "kube-apiserver"
 	KubeControllerManager = "kube-controller-manager"
 	KubeScheduler         = "kube-scheduler"

@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -36,7 +37,8 @@ func newClusterCmd(g *globals) *cobra.Command {
 		Aliases: []string{"clusters"},
 		Short:   "Create, list, inspect and delete tenant clusters",
 	}
-	cmd.AddCommand(newClusterCreateCmd(g), newClusterListCmd(g), newClusterGetCmd(g), newClusterDeleteCmd(g))
+	cmd.AddCommand(newClusterCreateCmd(g), newClusterListCmd(g), newClusterGetCmd(g), newClusterDeleteCmd(g),
+		newClusterBackupCmd(g), newClusterBackupsCmd(g), newClusterRestoreCmd(g))
 	return cmd
 }
 
@@ -319,12 +321,12 @@ func describeCluster(ctx context.Context, c client.Client, cl *fkev1.Cluster, ou
 				return err
 			}
 			fmt.Fprintf(out, "GPUs: %d allocatable, %d allocated to pods\n\n", capacity, used)
-			if err := printMachines(ctx, c, cl.Namespace, client.MatchingLabels{fkev1.LabelCluster: cl.Name}, out); err != nil {
+			if _, err := printMachines(ctx, c, cl.Namespace, client.MatchingLabels{fkev1.LabelCluster: cl.Name}, out); err != nil {
 				return err
 			}
 		}
 	}
-	return printEvents(ctx, c, cl.Namespace, "Cluster", cl.Name, out)
+	return printEvents(ctx, c, cl.Namespace, out, object{"Cluster", cl.Name})
 }
 
 // printAddons lists the cluster's addons: those in status, then those
@@ -413,7 +415,11 @@ func parsePoolShortcut(namespace, clusterName, spec string) (*fkev1.NodePool, er
 }
 
 // printEvents lists the latest events about one object.
-func printEvents(ctx context.Context, c client.Client, namespace, kind, name string, out io.Writer) error {
+// object names an object events are about.
+type object struct{ kind, name string }
+
+// printEvents prints the events of objects in namespace.
+func printEvents(ctx context.Context, c client.Client, namespace string, out io.Writer, objects ...object) error {
 	var evs corev1.EventList
 	if err := c.List(ctx, &evs, client.InNamespace(namespace)); err != nil {
 		return nil //nolint:nilerr // events are best effort in a description
@@ -423,7 +429,7 @@ func printEvents(ctx context.Context, c client.Client, namespace, kind, name str
 	fmt.Fprintln(tw, "  AGE\tTYPE\tREASON\tMESSAGE")
 	n := 0
 	for _, e := range evs.Items {
-		if e.InvolvedObject.Kind != kind || e.InvolvedObject.Name != name {
+		if !slices.Contains(objects, object{e.InvolvedObject.Kind, e.InvolvedObject.Name}) {
 			continue
 		}
 		ts := e.LastTimestamp

@@ -22,6 +22,7 @@ import (
 	"fke.dev/fke/internal/bootstrap"
 	"fke.dev/fke/internal/controller/cluster"
 	"fke.dev/fke/internal/hostnet"
+	"fke.dev/fke/internal/localplane"
 	"fke.dev/fke/internal/manager"
 	"fke.dev/fke/internal/nodejoin"
 	"fke.dev/fke/internal/nodeprovider"
@@ -142,10 +143,17 @@ func newNodeBootstrapFileCmd(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			data, err := nodejoin.BootstrapFile{
+			bf := nodejoin.BootstrapFile{
 				Cluster: g.namespace + "/" + name, Pool: pool, Server: server, CertificateAuthorityData: cfg.CAData,
 				Token: token, ClusterDNS: dns, PodCIDR: cl.Spec.Network.PodCIDR, KubeProxyKubeconfig: string(proxyKC),
-			}.Marshal()
+			}
+			// The registry as nodes reach it, when fke runs one.
+			if st, err := localplane.ReadState(g.dataDir); err == nil && st.Registry != "" {
+				if bf.Registry, err = nodejoin.NodeRegistry(st.Registry); err != nil {
+					return err
+				}
+			}
+			data, err := bf.Marshal()
 			if err != nil {
 				return err
 			}
@@ -193,10 +201,11 @@ func newNodeJoinCmd(g *globals) *cobra.Command {
 }
 
 // joinNode runs the node until ctx ends, then removes it from this host
-// (its Node stays in the cluster, NotReady, until deleted there).
+// (its Node stays in the cluster, NotReady, until deleted there). The
+// node's containerd trusts and mirrors the bootstrap file's registry and
+// pulls its sandbox image there, as local nodes of the manager do.
 func joinNode(ctx context.Context, g *globals, bf nodejoin.BootstrapFile, name string, host *hostnet.Host) error {
-	p, err := local.New(local.Options{DataDir: g.dataDir, Binaries: g.finder(), Host: host,
-		Logger: newLogger(g.errOut), PauseImage: os.Getenv(manager.EnvNodePauseImage), Images: splitList(os.Getenv(manager.EnvNodeImages))})
+	p, err := local.New(joinOptions(g, bf, host, os.Getenv))
 	if err != nil {
 		return err
 	}
@@ -227,6 +236,16 @@ func joinNode(ctx context.Context, g *globals, bf nodejoin.BootstrapFile, name s
 	}
 	fmt.Fprintf(g.out, "node %s removed from this host\n", name)
 	return nil
+}
+
+// joinOptions configure the local provider of a joined host: the bootstrap
+// file's registry (trusted, mirrored, the sandbox image's source unless
+// $FKE_NODE_PAUSE_IMAGE names another) and the images of $FKE_NODE_IMAGES.
+func joinOptions(g *globals, bf nodejoin.BootstrapFile, host *hostnet.Host, getenv func(string) string) local.Options {
+	return local.Options{
+		DataDir: g.dataDir, Binaries: g.finder(), Host: host, Logger: newLogger(g.errOut),
+		PauseImage: getenv(manager.EnvNodePauseImage), Registry: bf.Registry, Images: splitList(getenv(manager.EnvNodeImages)),
+	}
 }
 
 func splitList(s string) []string {

@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -383,28 +384,46 @@ func newNodePoolGetCmd(g *globals) *cobra.Command {
 				fmt.Fprintf(g.out, "  %s=%s %s: %s\n", cond.Type, cond.Status, cond.Reason, cond.Message)
 			}
 			fmt.Fprintln(g.out)
-			if err := printMachines(cmd.Context(), c, np.Namespace, client.MatchingLabels(np.MachineSelector()), g.out); err != nil {
+			machines, err := printMachines(cmd.Context(), c, np.Namespace, client.MatchingLabels(np.MachineSelector()), g.out)
+			if err != nil {
 				return err
 			}
-			return printEvents(cmd.Context(), c, np.Namespace, "NodePool", np.Name, g.out)
+			objects := []object{{"NodePool", np.Name}}
+			for _, m := range machines {
+				objects = append(objects, object{"Machine", m})
+			}
+			return printEvents(cmd.Context(), c, np.Namespace, g.out, objects...)
 		},
 	}
 	cmd.Flags().StringVarP(&output, "output", "o", "", "output format: yaml or json")
 	return cmd
 }
 
-func printMachines(ctx context.Context, c client.Client, namespace string, sel client.MatchingLabels, out io.Writer) error {
+// printMachines prints the machines of sel, then why each failed machine
+// failed, and returns their names.
+func printMachines(ctx context.Context, c client.Client, namespace string, sel client.MatchingLabels, out io.Writer) ([]string, error) {
 	var ms fkev1.MachineList
 	if err := c.List(ctx, &ms, client.InNamespace(namespace), sel); err != nil {
-		return explain(err, "machines")
+		return nil, explain(err, "machines")
 	}
 	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "MACHINE\tPOOL\tNODE\tPHASE\tGPUS\tREADY\tAGE")
+	var names, failed []string
 	for _, m := range ms.Items {
+		names = append(names, m.Name)
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\n", m.Name, m.Spec.NodePoolName, orDash(m.Status.NodeName), orDash(string(m.Status.Phase)),
 			m.Status.GPUAllocatable, conditionStatus(m.Status.Conditions, fkev1.ConditionReady), age(m.CreationTimestamp))
+		if cond := meta.FindStatusCondition(m.Status.Conditions, fkev1.ConditionReady); m.Status.Phase == fkev1.MachineFailed && cond != nil {
+			failed = append(failed, fmt.Sprintf("  %s: %s: %s", m.Name, cond.Reason, cond.Message))
+		}
 	}
-	return tw.Flush()
+	if err := tw.Flush(); err != nil {
+		return nil, err
+	}
+	if len(failed) > 0 {
+		fmt.Fprintf(out, "\nFailed machines:\n%s\n", strings.Join(failed, "\n"))
+	}
+	return names, nil
 }
 
 func newNodePoolScaleCmd(g *globals) *cobra.Command {

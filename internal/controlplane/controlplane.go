@@ -35,6 +35,10 @@ type Spec struct {
 	// the API server is reachable on loopback only and the reconciler is
 	// off.
 	NodeAddress string
+	// Restore is an etcd snapshot file (checked by the caller) that seeds
+	// etcd's data the first time the control plane starts: a cluster made
+	// from a backup. Ignored once etcd has data.
+	Restore string
 }
 
 // Component names, in start order.

@@ -29,11 +29,13 @@ import (
 	"fke.dev/fke/internal/autoscaler/provreq"
 	"fke.dev/fke/internal/binaries"
 	"fke.dev/fke/internal/bootstrap"
+	backupcontroller "fke.dev/fke/internal/controller/backup"
 	"fke.dev/fke/internal/controller/cluster"
 	"fke.dev/fke/internal/controller/machine"
 	"fke.dev/fke/internal/controller/nodepool"
 	"fke.dev/fke/internal/controlplane/local"
 	"fke.dev/fke/internal/hostnet"
+	"fke.dev/fke/internal/nodejoin"
 	"fke.dev/fke/internal/nodeprovider"
 	"fke.dev/fke/internal/nodeprovider/kwok"
 	localnodes "fke.dev/fke/internal/nodeprovider/local"
@@ -175,6 +177,11 @@ func Run(ctx context.Context, opts Options) error {
 	tenants.AddNodeHandler(machines.NodeHandler)
 	tenants.AddNodeHandler(pools.NodeHandler)
 	tenants.AddPodHandler(pools.PodHandler)
+	backupDir := filepath.Join(opts.DataDir, "backups")
+	backups := &backupcontroller.Reconciler{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("fke-backup"), Dir: backupDir}
+	if err := backups.SetupWithManager(mgr); err != nil {
+		return fmt.Errorf("setting up backup controller: %w", err)
+	}
 	scaler := &autoscaler.Reconciler{Client: mgr.GetClient(), Tenants: tenants, Recorder: mgr.GetEventRecorder("fke-autoscaler"), Booked: provreq.BookedPods}
 	if err := scaler.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up autoscaler: %w", err)
@@ -190,6 +197,7 @@ func Run(ctx context.Context, opts Options) error {
 	if err := (&cluster.Reconciler{
 		Client:      mgr.GetClient(),
 		Runtime:     rt,
+		BackupDir:   backupDir,
 		Recorder:    mgr.GetEventRecorder("fke-cluster"),
 		Versioner:   ServerVersion,
 		Addons:      tenantAddons,
@@ -239,8 +247,8 @@ func localProvider(ctx context.Context, opts Options, log *slog.Logger) *localno
 	lo := opts.LocalNodes
 	if lo.Registry == "" && opts.Registry != "" {
 		// Nodes reach the loopback registry at the bridge's gateway.
-		if _, port, ok := strings.Cut(opts.Registry, ":"); ok {
-			lo.Registry = hostnet.Gateway.String() + ":" + port
+		if reg, err := nodejoin.NodeRegistry(opts.Registry); err == nil {
+			lo.Registry = reg
 		}
 	}
 	if lo.PauseImage == "" {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"net/netip"
 	"net/url"
 
@@ -38,6 +39,10 @@ type BootstrapFile struct {
 	PodCIDR    string `json:"podCIDR"`
 	// KubeProxyKubeconfig is kube-proxy's kubeconfig.
 	KubeProxyKubeconfig string `json:"kubeProxyKubeconfig"`
+	// Registry is host:port of fke's registry as nodes reach it: the
+	// node's containerd trusts it (plain HTTP) and mirrors it, and pulls
+	// its sandbox image from it. Empty when fke runs no registry.
+	Registry string `json:"registry,omitempty"`
 }
 
 // ParseBootstrapFile reads and validates a bootstrap file.
@@ -69,6 +74,11 @@ func (f BootstrapFile) Validate() error {
 	}
 	if _, err := netip.ParseAddr(f.ClusterDNS); err != nil {
 		errs = append(errs, fmt.Errorf("clusterDNS %q: %w", f.ClusterDNS, err))
+	}
+	if f.Registry != "" {
+		if host, port, err := net.SplitHostPort(f.Registry); err != nil || host == "" || port == "" {
+			errs = append(errs, fmt.Errorf("registry %q: want host:port", f.Registry))
+		}
 	}
 	if f.KubeProxyKubeconfig == "" {
 		errs = append(errs, errors.New("kubeProxyKubeconfig is empty"))

@@ -9,6 +9,7 @@ func TestBootstrapFile(t *testing.T) {
 	good := BootstrapFile{
 		Cluster: "default/demo", Pool: "metal", Server: "https://172.29.0.1:6443", CertificateAuthorityData: []byte("pem"),
 		Token: "abcdef.0123456789abcdef", ClusterDNS: "10.96.0.10", PodCIDR: "10.112.0.0/12", KubeProxyKubeconfig: "kc",
+		Registry: "172.29.0.1:5000",
 	}
 	data, err := good.Marshal()
 	if err != nil {
@@ -18,20 +19,48 @@ func TestBootstrapFile(t *testing.T) {
 	if err != nil {
 		t.Fatalf("round trip: %v", err)
 	}
-	if got.Token != good.Token || string(got.CertificateAuthorityData) != "pem" {
+	if got.Token != good.Token || string(got.CertificateAuthorityData) != "pem" || got.Registry != good.Registry {
 		t.Errorf("round trip = %+v", got)
 	}
 	for name, tc := range map[string]struct {
 		data string
 		want string
 	}{
-		"not a bootstrap file": {"kind: Pod\napiVersion: v1\n", "write it with `fke node bootstrap-file`"},
-		"unknown field":        {"kind: NodeBootstrap\nfoo: bar\n", "unknown field"},
-		"http server":          {strings.Replace(string(data), "https://", "http://", 1), "want an https URL"},
+		"not a bootstrap file":  {"kind: Pod\napiVersion: v1\n", "write it with `fke node bootstrap-file`"},
+		"unknown field":         {"kind: NodeBootstrap\nfoo: bar\n", "unknown field"},
+		"http server":           {strings.Replace(string(data), "https://", "http://", 1), "want an https URL"},
+		"registry without port": {strings.Replace(string(data), "172.29.0.1:5000", "172.29.0.1", 1), "want host:port"},
 	} {
 		if _, err := ParseBootstrapFile([]byte(tc.data)); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: %v, want an error with %q", name, err, tc.want)
 		}
+	}
+}
+
+// A bootstrap file of an fke without a registry (or an older one) still reads.
+func TestBootstrapFileWithoutRegistry(t *testing.T) {
+	f := BootstrapFile{
+		Cluster: "default/demo", Pool: "metal", Server: "https://172.29.0.1:6443", CertificateAuthorityData: []byte("pem"),
+		Token: "abcdef.0123456789abcdef", ClusterDNS: "10.96.0.10", PodCIDR: "10.112.0.0/12", KubeProxyKubeconfig: "kc",
+	}
+	data, err := f.Marshal()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(data), "registry") {
+		t.Errorf("an empty registry is written:\n%s", data)
+	}
+	if got, err := ParseBootstrapFile(data); err != nil || got.Registry != "" {
+		t.Errorf("ParseBootstrapFile = %+v, %v", got, err)
+	}
+}
+
+func TestNodeRegistry(t *testing.T) {
+	if r, err := NodeRegistry("127.0.0.1:41235"); err != nil || r != "172.29.0.1:41235" {
+		t.Errorf("NodeRegistry = %q, %v", r, err)
+	}
+	if r, err := NodeRegistry("127.0.0.1"); err == nil {
+		t.Errorf("NodeRegistry without a port = %q, want an error", r)
 	}
 }
 

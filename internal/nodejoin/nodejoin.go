@@ -6,6 +6,7 @@ package nodejoin
 import (
 	"context"
 	"fmt"
+	"net"
 	"net/netip"
 	"net/url"
 	"strconv"
@@ -42,6 +43,17 @@ func NodeServer(endpoint string) (string, error) {
 		return "", fmt.Errorf("API server endpoint %q has no port", endpoint)
 	}
 	return "https://" + hostnet.Gateway.String() + ":" + u.Port(), nil
+}
+
+// NodeRegistry returns the address nodes pull images from for a registry
+// that listens on loopback at registry (host:port): the gateway of the host
+// bridge at the same port (hostnet exposes it there).
+func NodeRegistry(registry string) (string, error) {
+	_, port, err := net.SplitHostPort(registry)
+	if err != nil || port == "" {
+		return "", fmt.Errorf("registry address %q has no port", registry)
+	}
+	return net.JoinHostPort(hostnet.Gateway.String(), port), nil
 }
 
 // DNSIP returns the cluster DNS address of a Service range: its 10th address.

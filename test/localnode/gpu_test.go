@@ -14,6 +14,7 @@ import (
 	"time"
 
 	batchv1 "k8s.io/api/batch/v1"
+	eventsv1 "k8s.io/api/events/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -25,6 +26,7 @@ import (
 	"fke.dev/fke/internal/addons"
 	"fke.dev/fke/internal/demoserver"
 	"fke.dev/fke/internal/gpu/labels"
+	gpunode "fke.dev/fke/internal/gpu/node"
 	"fke.dev/fke/internal/image"
 	"fke.dev/fke/internal/manager"
 	"fke.dev/fke/internal/nodetemplate"
@@ -156,6 +158,72 @@ func TestLocalGPUNodes(t *testing.T) {
 			}
 			return nil
 		})
+	})
+	t.Run("a health monitor that cannot run shows on the Node", func(t *testing.T) {
+		agent := agentPod(t, cs, node.Name)
+		monitorFailed := func(want corev1.ConditionStatus) func() error {
+			return func() error {
+				n, err := cs.CoreV1().Nodes().Get(t.Context(), node.Name, metav1.GetOptions{})
+				if err != nil {
+					return err
+				}
+				for _, c := range n.Status.Conditions {
+					if c.Type == gpunode.ConditionMonitorFailed && c.Status == want {
+						return nil
+					}
+				}
+				return fmt.Errorf("no %s=%s condition: %v", gpunode.ConditionMonitorFailed, want, n.Status.Conditions)
+			}
+		}
+		httpPost(t, fmt.Sprintf("http://%s:9400/mock/events?fail=true", agent.Status.PodIP))
+		testenv.Eventually(t, 30*time.Second, "GPUHealthMonitorFailed True", monitorFailed(corev1.ConditionTrue))
+		httpPost(t, fmt.Sprintf("http://%s:9400/mock/events?fail=false", agent.Status.PodIP))
+		testenv.Eventually(t, time.Minute, "GPUHealthMonitorFailed False", monitorFailed(corev1.ConditionFalse))
+	})
+	t.Run("a node whose GPU does not recover is repaired", func(t *testing.T) {
+		var np fkev1.NodePool
+		key := client.ObjectKey{Namespace: "default", Name: fkev1.NodePoolObjectName("gpu", "h100")}
+		if err := e.Client().Get(t.Context(), key, &np); err != nil {
+			t.Fatal(err)
+		}
+		patch := client.MergeFrom(np.DeepCopy())
+		np.Spec.Repair.GPUUnhealthyTimeout = &metav1.Duration{Duration: 5 * time.Second}
+		if err := e.Client().Patch(t.Context(), &np, patch); err != nil {
+			t.Fatal(err)
+		}
+		agent := agentPod(t, cs, node.Name)
+		start := time.Now()
+		httpPost(t, fmt.Sprintf("http://%s:9400/mock/lost?uuid=%s&lost=true", agent.Status.PodIP, uuids[6]))
+		httpPost(t, fmt.Sprintf("http://%s:9400/mock/xid?uuid=%s&xid=79", agent.Status.PodIP, uuids[6]))
+		var replacement corev1.Node
+		testenv.Eventually(t, 3*time.Minute, "the node replaced", func() error {
+			list, err := cs.CoreV1().Nodes().List(t.Context(), metav1.ListOptions{LabelSelector: fkev1.LabelNodePool + "=h100"})
+			if err != nil {
+				return err
+			}
+			for _, n := range list.Items {
+				q := n.Status.Allocatable[nodetemplate.ResourceGPU]
+				if n.Name != node.Name && q.Value() == 32 && len(list.Items) == 1 {
+					replacement = n
+					return nil
+				}
+			}
+			return fmt.Errorf("%d nodes", len(list.Items))
+		})
+		t.Logf("FIGURE unrecoverable GPU -> node repaired (timeout 5s) -> replacement's GPUs allocatable: %s", time.Since(start).Round(10*time.Millisecond))
+		testenv.Eventually(t, 30*time.Second, "a Repairing event saying why", func() error {
+			var evs eventsv1.EventList
+			if err := e.Client().List(t.Context(), &evs, client.InNamespace("default")); err != nil {
+				return err
+			}
+			for _, ev := range evs.Items {
+				if ev.Reason == "Repairing" && strings.Contains(ev.Note, "GPUUnhealthy") {
+					return nil
+				}
+			}
+			return fmt.Errorf("no Repairing event among %d", len(evs.Items))
+		})
+		node = replacement
 	})
 	t.Run("the autoscaler grows a local GPU pool from zero, one node at a time, and removes it when idle", func(t *testing.T) {
 		e.MustRun("nodepool", "create", "gpu/auto", "--provider", "local", "--instance-type", "gpu-h100x8",

@@ -220,6 +220,10 @@ func TestLocalNodes(t *testing.T) {
 			return nil
 		})
 	})
+	t.Run("port-forward and attach", func(t *testing.T) {
+		testPortForward(t, e.TenantConfig("demo"), cs, "server")
+		testAttach(t, e.TenantConfig("demo"), cs, "server", server.Status.PodIP)
+	})
 	t.Run("a killed kubelet is restarted and its node is Ready again", func(t *testing.T) {
 		pid := kubeletPid(t, a.Name)
 		if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
@@ -241,6 +245,12 @@ func TestLocalNodes(t *testing.T) {
 			}
 			return nil
 		})
+	})
+	t.Run("a frozen kubelet makes its Node NotReady, thawed it is Ready again", func(t *testing.T) {
+		testFrozenKubelet(t, cs, b.Name)
+	})
+	t.Run("a node that fails to start is reported on its Machine", func(t *testing.T) {
+		testFailedLaunch(t, e, images[1])
 	})
 	t.Run("a node's credentials cannot modify another Node", func(t *testing.T) {
 		kc := filepath.Join(e.DataDir, "nodes", "default", "demo", a.Name, "config", "kubelet.kubeconfig")
@@ -272,12 +282,15 @@ func TestLocalNodes(t *testing.T) {
 	})
 	t.Run("a host joined with fke node join runs a pod", func(t *testing.T) {
 		file := filepath.Join(t.TempDir(), "bootstrap.yaml")
-		if err := os.WriteFile(file, []byte(e.MustRun("node", "bootstrap-file", "demo", "--pool", "metal")), 0o600); err != nil {
+		data := e.MustRun("node", "bootstrap-file", "demo", "--pool", "metal")
+		if !strings.Contains(data, "registry: "+registry) && !strings.Contains(data, "registry: \""+registry) {
+			t.Errorf("the bootstrap file names no registry %s:\n%s", registry, data)
+		}
+		if err := os.WriteFile(file, []byte(data), 0o600); err != nil {
 			t.Fatal(err)
 		}
+		// The joined host pulls its sandbox image from fke's registry.
 		cmd := exec.Command(e.Fke, "--data-dir", e.DataDir, "--bin-dir", e.BinDir, "node", "join", "--bootstrap", file, "--name", "metal-1")
-		// A joined host knows no registry: it gets the test's pause image.
-		cmd.Env = append(os.Environ(), manager.EnvNodePauseImage+"="+pauseImage)
 		var out bytes.Buffer
 		cmd.Stdout, cmd.Stderr = &out, &out
 		if err := cmd.Start(); err != nil {
@@ -310,6 +323,16 @@ func TestLocalNodes(t *testing.T) {
 		})
 		p := runPod(t, cs, "on-metal", "metal-1", "get", "http://"+server.Status.PodIP+":8080/")
 		waitSucceeded(t, cs, p.Name)
+		testenv.Eventually(t, time.Minute, "node metal-1 holds the registry's pause image", func() error {
+			n, err := cs.CoreV1().Nodes().Get(t.Context(), "metal-1", metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			if !nodeHasImage(n, image.Pause.Ref(registry)) {
+				return fmt.Errorf("node metal-1 images: %v", n.Status.Images)
+			}
+			return nil
+		})
 	})
 	t.Run("a manager restart keeps pods running and the nodes come back", func(t *testing.T) {
 		before, err := cs.CoreV1().Pods("default").Get(t.Context(), "server", metav1.GetOptions{})
@@ -357,6 +380,9 @@ func TestLocalNodes(t *testing.T) {
 			}
 			return nil
 		})
+	})
+	t.Run("a second cluster with a local node runs beside this one and leaves nothing when deleted", func(t *testing.T) {
+		testSecondCluster(t, e, cs, len(nodes))
 	})
 	t.Run("idle memory per node", func(t *testing.T) {
 		for _, n := range nodes {

@@ -7,6 +7,7 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
+	"path/filepath"
 	"sync"
 	"time"
 
@@ -26,6 +27,7 @@ import (
 
 	fkev1 "fke.dev/fke/api/v1alpha1"
 	"fke.dev/fke/internal/addons"
+	"fke.dev/fke/internal/backup"
 	"fke.dev/fke/internal/bootstrap"
 	"fke.dev/fke/internal/controlplane"
 	"fke.dev/fke/internal/nodeprovider"
@@ -71,6 +73,10 @@ type Reconciler struct {
 	// Approvers runs the kubelet serving-certificate approver of every ready
 	// tenant; nil skips it.
 	Approvers *bootstrap.Approvers
+
+	// BackupDir holds the etcd snapshots (<BackupDir>/<namespace>/<cluster>/)
+	// clusters are restored from.
+	BackupDir string
 
 	// HostRoutes lists the host's routes pod ranges must avoid; nil reads
 	// this host's routing table.
@@ -142,7 +148,19 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.
 		setUnknown(cl, err)
 		return ctrl.Result{}, err
 	}
+	restore := ""
+	if from := cl.Spec.RestoreFrom; from != nil {
+		snap, err := backup.Verify(backup.Dir(filepath.Join(r.BackupDir, cl.Namespace, from.Cluster)), from.Snapshot)
+		if err != nil {
+			msg := fmt.Sprintf("cannot restore from snapshot %s of cluster %s: %v", from.Snapshot, from.Cluster, err)
+			setNotReady(cl, fkev1.ReasonRestoreFailed, msg)
+			r.Recorder.Eventf(cl, nil, corev1.EventTypeWarning, fkev1.ReasonRestoreFailed, "Restore", msg)
+			return ctrl.Result{RequeueAfter: time.Minute}, nil
+		}
+		restore = backup.Dir(filepath.Join(r.BackupDir, cl.Namespace, from.Cluster)).File(snap.Name)
+	}
 	spec := controlplane.Spec{
+		Restore:     restore,
 		Key:         req.String(),
 		Version:     cl.Spec.Version,
 		Ports:       portsFromStatus(cl.Status.Ports),

@@ -117,7 +117,18 @@ func (r *Reconciler) ensurePKI(ctx context.Context, cl *fkev1.Cluster) (pki.Bund
 		}
 		exists = false
 	}
-	bundle, changed, err := pki.EnsureBundle(pki.Bundle(secret.Data), pki.ControlPlaneSpec{
+	seed := pki.Bundle(secret.Data)
+	if !exists && cl.Spec.RestoreFrom != nil {
+		// A cluster made from a backup takes the CAs and keys of the
+		// cluster the snapshot was taken of: its objects (service-account
+		// tokens, Secrets encrypted at rest) are only valid with them.
+		src := &corev1.Secret{}
+		if err := r.Client.Get(ctx, client.ObjectKey{Namespace: cl.Namespace, Name: pkiSecretName(cl.Spec.RestoreFrom.Cluster)}, src); err != nil {
+			return nil, fmt.Errorf("restoring from %s: reading its PKI (the keys its snapshot needs): %w", cl.Spec.RestoreFrom.Cluster, err)
+		}
+		seed = pki.Bundle(src.Data)
+	}
+	bundle, changed, err := pki.EnsureBundle(seed, pki.ControlPlaneSpec{
 		ClusterName:  cl.Name,
 		APIServerIPs: ips,
 	})
@@ -140,7 +151,10 @@ func (r *Reconciler) ensurePKI(ctx context.Context, cl *fkev1.Cluster) (pki.Bund
 	if err := r.writeSecret(ctx, exists, secret, desired); err != nil {
 		return nil, fmt.Errorf("writing PKI secret: %w", err)
 	}
-	if !exists {
+	switch {
+	case !exists && cl.Spec.RestoreFrom != nil:
+		r.Recorder.Eventf(cl, nil, corev1.EventTypeNormal, "PKICreated", "Provision", "took the CAs and keys of cluster %s (restored from its snapshot) into Secret %s", cl.Spec.RestoreFrom.Cluster, desired.Name)
+	case !exists:
 		r.Recorder.Eventf(cl, nil, corev1.EventTypeNormal, "PKICreated", "Provision", "created cluster CA and certificates in Secret %s", desired.Name)
 	}
 	return bundle, nil

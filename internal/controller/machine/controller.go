@@ -7,6 +7,7 @@ package machine
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -34,7 +35,8 @@ import (
 	"fke.dev/fke/internal/tenant"
 )
 
-// AnnotationMachine on a Node names its Machine ("namespace/name").
+// AnnotationMachine on a Node names its Machine ("namespace/name", or the
+// name alone in the namespace of the node's cluster).
 const AnnotationMachine = "fke.dev/machine"
 
 const (
@@ -77,8 +79,13 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 
 // NodeHandler turns a tenant Node change into a reconcile of its Machine,
 // at once for a Ready node and after NodeSettle for one that is not.
-func (r *Reconciler) NodeHandler(_ string, node *corev1.Node) {
+func (r *Reconciler) NodeHandler(clusterKey string, node *corev1.Node) {
 	ns, name, err := toolscache.SplitMetaNamespaceKey(node.Annotations[AnnotationMachine])
+	if err == nil && ns == "" {
+		// The kwok provider names the machine alone; it lives in the
+		// namespace of the node's cluster.
+		ns, _, _ = strings.Cut(clusterKey, "/")
+	}
 	if err != nil || ns == "" || name == "" {
 		return
 	}
@@ -238,7 +245,15 @@ func (r *Reconciler) observe(ctx context.Context, m *fkev1.Machine, it *fkev1.In
 	if err != nil && !apierrors.IsNotFound(err) {
 		return ctrl.Result{}, err
 	}
-	st := Observe(node, apierrors.IsNotFound(err), nodetemplate.GPUCount(it))
+	want := nodetemplate.GPUCount(it)
+	if m.Spec.Provider == fkev1.ProviderLocal {
+		// fke's GPU agent advertises each GPU once per time-slicing replica
+		// (simulated kwok nodes keep the instance type's count).
+		if np, perr := r.pool(ctx, m); perr == nil {
+			want *= np.GPUReplicas()
+		}
+	}
+	st := Observe(node, apierrors.IsNotFound(err), want)
 	m.Status.GPUAllocatable = st.GPUAllocatable
 	setCondition(m, fkev1.ConditionRegistered, st.Registered.Status, st.Registered.Reason, st.Registered.Message)
 	setCondition(m, fkev1.ConditionGPUReady, st.GPUReady.Status, st.GPUReady.Reason, st.GPUReady.Message)
@@ -247,6 +262,10 @@ func (r *Reconciler) observe(ctx context.Context, m *fkev1.Machine, it *fkev1.In
 			r.Recorder.Eventf(m, nil, corev1.EventTypeNormal, "Ready", "Observe", "node %s is ready with %d GPUs allocatable", m.Status.NodeName, st.GPUAllocatable)
 		}
 		m.Status.Phase = fkev1.MachineRunning
+		if m.Status.FirstReadyTime == nil {
+			now := metav1.Now()
+			m.Status.FirstReadyTime = &now
+		}
 		setCondition(m, fkev1.ConditionReady, metav1.ConditionTrue, fkev1.ReasonReady, "node is ready")
 		return ctrl.Result{RequeueAfter: requeueReady}, nil
 	}

@@ -56,3 +56,20 @@ func TestNodeHandlerLetsNewNodesSettle(t *testing.T) {
 		})
 	}
 }
+
+// TestNodeHandlerKwokAnnotation: the kwok provider's annotation names the
+// machine alone; the machine is in the namespace of the node's cluster.
+func TestNodeHandlerKwokAnnotation(t *testing.T) {
+	r := &Reconciler{NodeEvents: make(chan event.GenericEvent, 1)}
+	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1", Annotations: map[string]string{AnnotationMachine: "m1"}}}
+	n.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue}}
+	r.NodeHandler("team/c1", n)
+	select {
+	case ev := <-r.NodeEvents:
+		if ev.Object.GetNamespace() != "team" || ev.Object.GetName() != "m1" {
+			t.Fatalf("reconciles %s/%s, want team/m1", ev.Object.GetNamespace(), ev.Object.GetName())
+		}
+	default:
+		t.Fatal("no reconcile of the machine")
+	}
+}

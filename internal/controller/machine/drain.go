@@ -15,6 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	fkev1 "fke.dev/fke/api/v1alpha1"
+	"fke.dev/fke/internal/nodeutil"
 	"fke.dev/fke/internal/tenant"
 )
 
@@ -86,15 +87,23 @@ func (r *Reconciler) drain(ctx context.Context, t *tenant.Tenant, m *fkev1.Machi
 		timeout = DefaultDrainTimeout
 	}
 	expired := m.DeletionTimestamp != nil && time.Since(m.DeletionTimestamp.Time) > timeout
+	// A Node that is not Ready has no kubelet to confirm that its pods
+	// stopped: once they are terminating they count as gone (the machine's
+	// removal stops what still runs, and the pod garbage collector removes
+	// their objects with the Node), as Cluster API drains unreachable nodes.
+	unreachable := !nodeutil.NodeReady(node)
 	remaining := 0
 	for _, p := range pods {
 		if !NeedsEviction(p) {
 			continue
 		}
-		remaining++
 		if p.DeletionTimestamp != nil {
+			if !unreachable {
+				remaining++
+			}
 			continue
 		}
+		remaining++
 		if expired {
 			if err := t.Client.Delete(ctx, p); err != nil && !apierrors.IsNotFound(err) {
 				return remaining, fmt.Errorf("deleting pod %s/%s: %w", p.Namespace, p.Name, err)

@@ -7,6 +7,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	fkev1 "fke.dev/fke/api/v1alpha1"
+	gpunode "fke.dev/fke/internal/gpu/node"
 	"fke.dev/fke/internal/nodetemplate"
 	"fke.dev/fke/internal/nodeutil"
 )
@@ -54,10 +55,31 @@ func Observe(node *corev1.Node, missing bool, wantGPUs int64) NodeState {
 		st.GPUReady = Cond{metav1.ConditionTrue, fkev1.ReasonNoGPUs, "instance type has no GPUs"}
 	case missing:
 		st.GPUReady = Cond{metav1.ConditionFalse, fkev1.ReasonNodeNotFound, "waiting for the node to register"}
+	case monitorFailed(node):
+		st.GPUReady = Cond{metav1.ConditionFalse, fkev1.ReasonGPUHealthMonitorFailed, "the node's GPU health monitor cannot run: " + monitorMessage(node)}
 	case st.GPUAllocatable < wantGPUs:
 		st.GPUReady = Cond{metav1.ConditionFalse, fkev1.ReasonGPUsNotAllocatable, fmt.Sprintf("%d of %d GPUs allocatable", st.GPUAllocatable, wantGPUs)}
 	default:
 		st.GPUReady = Cond{metav1.ConditionTrue, fkev1.ReasonReady, fmt.Sprintf("%d GPUs allocatable", st.GPUAllocatable)}
 	}
 	return st
+}
+
+// monitorFailed reports whether node's GPU agent says its health monitor
+// cannot run (condition GPUHealthMonitorFailed True): its GPUs are not
+// watched, so they do not count as ready.
+func monitorFailed(node *corev1.Node) bool {
+	return node != nil && monitorMessage(node) != ""
+}
+
+func monitorMessage(node *corev1.Node) string {
+	for _, c := range node.Status.Conditions {
+		if c.Type == gpunode.ConditionMonitorFailed && c.Status == corev1.ConditionTrue {
+			if c.Message == "" {
+				return c.Reason
+			}
+			return c.Message
+		}
+	}
+	return ""
 }

@@ -42,6 +42,7 @@ func TestObserve(t *testing.T) {
 		{name: "ready before the device plugin", node: node(true, ""), want: 8, registered: metav1.ConditionTrue, gpuReady: metav1.ConditionFalse, gpuReason: fkev1.ReasonGPUsNotAllocatable},
 		{name: "one GPU unhealthy", node: node(true, "7"), want: 8, registered: metav1.ConditionTrue, gpuReady: metav1.ConditionFalse, gpuReason: fkev1.ReasonGPUsNotAllocatable, gpuAllocatable: 7},
 		{name: "all GPUs", node: node(true, "8"), want: 8, registered: metav1.ConditionTrue, gpuReady: metav1.ConditionTrue, gpuReason: fkev1.ReasonReady, ready: true, gpuAllocatable: 8},
+		{name: "GPU health monitor cannot run", node: monitorFailedNode(), want: 8, registered: metav1.ConditionTrue, gpuReady: metav1.ConditionFalse, gpuReason: fkev1.ReasonGPUHealthMonitorFailed, gpuAllocatable: 8},
 		{name: "CPU type", node: node(true, ""), want: 0, registered: metav1.ConditionTrue, gpuReady: metav1.ConditionTrue, gpuReason: fkev1.ReasonNoGPUs, ready: true},
 	}
 	for _, tt := range tests {
@@ -74,4 +75,10 @@ func TestNeedsEviction(t *testing.T) {
 			t.Errorf("%s: NeedsEviction = %v, want %v", tt.name, got, tt.want)
 		}
 	}
+}
+
+func monitorFailedNode() *corev1.Node {
+	n := node(true, "8")
+	n.Status.Conditions = append(n.Status.Conditions, corev1.NodeCondition{Type: "GPUHealthMonitorFailed", Status: corev1.ConditionTrue, Reason: "EventSubscriptionFailed", Message: "NVML events: unknown error"})
+	return n
 }

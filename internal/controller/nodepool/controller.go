@@ -272,6 +272,10 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.
 			CreatedUnix: m.CreationTimestamp.Unix(), Marked: m.Annotations[fkev1.AnnotationScaleDown] == "true",
 		})
 	}
+	requeue, repairNext, err := r.repair(ctx, np, live)
+	if err != nil || requeue > 0 {
+		return ctrl.Result{RequeueAfter: requeue}, err
+	}
 	plan := Decide(desired, members, np.Spec.Upgrade.MaxSurge, np.Spec.Upgrade.MaxUnavailable)
 	if err := r.apply(ctx, np, hash, plan, len(live), desired); err != nil {
 		return ctrl.Result{}, err
@@ -280,7 +284,11 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.
 	if plan.Create > 0 || len(plan.Delete) > 0 || plan.Rolling || np.Status.ReadyReplicas != int32(desired) {
 		return ctrl.Result{RequeueAfter: 2 * time.Second}, nil
 	}
-	return ctrl.Result{RequeueAfter: time.Minute}, nil
+	next := time.Minute
+	if !repairNext.IsZero() {
+		next = min(next, max(time.Until(repairNext)+100*time.Millisecond, time.Second))
+	}
+	return ctrl.Result{RequeueAfter: next}, nil
 }
 
 func (r *Reconciler) apply(ctx context.Context, np *fkev1.NodePool, hash string, plan Plan, live, desired int) error {

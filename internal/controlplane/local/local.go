@@ -13,6 +13,7 @@ import (
 	"log/slog"
 	"maps"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"sync"
@@ -91,7 +92,40 @@ func (r *Runtime) Ensure(ctx context.Context, spec controlplane.Spec) (controlpl
 			return controlplane.Status{}, fmt.Errorf("writing control-plane files of %s: %w", spec.Key, err)
 		}
 	}
+	if spec.Restore != "" {
+		if err := r.restore(ctx, layout, spec); err != nil {
+			return controlplane.Status{}, fmt.Errorf("control plane %s: %w", spec.Key, err)
+		}
+	}
 	return r.startMissing(ctx, spec, layout)
+}
+
+// restore fills etcd's data directory from spec.Restore with etcdutl when
+// it does not exist yet (the first start of a cluster made from a backup).
+func (r *Runtime) restore(ctx context.Context, l layout, spec controlplane.Spec) error {
+	if _, err := os.Stat(l.etcdData()); err == nil {
+		return nil
+	}
+	etcdutl, err := r.finder.Path(binaries.Etcdutl)
+	if err != nil {
+		return fmt.Errorf("restoring etcd from %s: %w", spec.Restore, err)
+	}
+	tmp := l.etcdData() + ".restoring"
+	if err := os.RemoveAll(tmp); err != nil {
+		return err
+	}
+	peer := "https://127.0.0.1:" + strconv.Itoa(spec.Ports.EtcdPeer)
+	cmd := exec.CommandContext(ctx, etcdutl, "snapshot", "restore", spec.Restore, "--data-dir="+tmp,
+		"--name=default", "--initial-cluster=default="+peer, "--initial-advertise-peer-urls="+peer)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		os.RemoveAll(tmp)
+		return fmt.Errorf("restoring etcd from %s: %w: %s", spec.Restore, err, bytes.TrimSpace(out))
+	}
+	if err := os.Rename(tmp, l.etcdData()); err != nil {
+		return fmt.Errorf("restoring etcd: %w", err)
+	}
+	r.log.Info("etcd restored from a snapshot", "cluster", spec.Key, "snapshot", spec.Restore)
+	return nil
 }
 
 // startMissing starts the components of spec that do not run; r.mu is held.

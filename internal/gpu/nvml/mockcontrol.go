@@ -13,6 +13,7 @@ import (
 //
 //	POST /mock/xid?uuid=GPU-...&xid=79   an XID event on that GPU
 //	POST /mock/lost?uuid=GPU-...&lost=true|false   the GPU falls off the bus (or returns)
+//	POST /mock/events?fail=true|false   NVML event delivery breaks (or works again)
 //
 // Other paths go to next.
 func MockControl(m *Mock, next http.Handler) http.Handler {
@@ -40,6 +41,20 @@ func MockControl(m *Mock, next http.Handler) http.Handler {
 		}
 		m.SetLost(uuid, lost)
 		fmt.Fprintf(w, "%s lost=%v\n", uuid, lost)
+	})
+	mux.HandleFunc("POST /mock/events", func(w http.ResponseWriter, r *http.Request) {
+		fail, err := strconv.ParseBool(r.URL.Query().Get("fail"))
+		if err != nil {
+			http.Error(w, "want ?fail=true|false", http.StatusBadRequest)
+			return
+		}
+		if fail {
+			m.FailEventSetCreate(gonvml.ERROR_UNKNOWN)
+			m.FailWait(gonvml.ERROR_UNKNOWN)
+		} else {
+			m.FailEventSetCreate(gonvml.SUCCESS)
+		}
+		fmt.Fprintf(w, "event delivery failing=%v\n", fail)
 	})
 	return mux
 }

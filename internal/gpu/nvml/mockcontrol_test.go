@@ -42,7 +42,24 @@ func TestMockControl(t *testing.T) {
 	if code := post("/mock/lost?uuid=" + uuid + "&lost=true"); code != http.StatusOK || !m.isLost(uuid) {
 		t.Fatalf("lost: %d, %v", code, m.isLost(uuid))
 	}
-	for _, bad := range []string{"/mock/xid?uuid=" + uuid, "/mock/xid?uuid=GPU-none&xid=79", "/mock/lost?uuid=GPU-none&lost=true", "/mock/lost?uuid=" + uuid + "&lost=maybe"} {
+	if code := post("/mock/events?fail=true"); code != http.StatusOK {
+		t.Fatalf("events: %d", code)
+	}
+	if _, err := s.Next(ctx); err == nil {
+		t.Error("event delivery still works after fail=true")
+	}
+	if _, err := m.Events(ctx); err == nil {
+		t.Error("a new event stream opens after fail=true")
+	}
+	if code := post("/mock/events?fail=false"); code != http.StatusOK {
+		t.Fatalf("events: %d", code)
+	}
+	if s2, err := m.Events(ctx); err != nil {
+		t.Errorf("no event stream after fail=false: %v", err)
+	} else {
+		s2.Close()
+	}
+	for _, bad := range []string{"/mock/events?fail=sometimes", "/mock/xid?uuid=" + uuid, "/mock/xid?uuid=GPU-none&xid=79", "/mock/lost?uuid=GPU-none&lost=true", "/mock/lost?uuid=" + uuid + "&lost=maybe"} {
 		if code := post(bad); code < 400 || code >= 500 {
 			t.Errorf("%s: %d, want a client error", bad, code)
 		}

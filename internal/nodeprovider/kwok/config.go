@@ -135,19 +135,77 @@ func usageObjects() []string {
 	return []string{metric, metricsusage.DefaultUsageFromAnnotation}
 }
 
+// nodeNotReadyStage turns a Ready node annotated AnnotationSimulateNotReady
+// NotReady; the node stages below leave such a node alone until the
+// annotation goes, when node-initialize makes it Ready again.
+const nodeNotReadyStage = `apiVersion: kwok.x-k8s.io/v1alpha1
+kind: Stage
+metadata:
+  name: fke-node-not-ready
+spec:
+  resourceRef:
+    apiGroup: v1
+    kind: Node
+  selector:
+    matchExpressions:
+    - key: '.metadata.annotations["` + AnnotationSimulateNotReady + `"]'
+      operator: 'Exists'
+    - key: '.status.conditions.[] | select( .type == "Ready" ) | .status'
+      operator: 'In'
+      values:
+      - 'True'
+  next:
+    statusTemplate: |
+      {{ $now := Now }}
+      conditions:
+      - lastHeartbeatTime: {{ $now | Quote }}
+        lastTransitionTime: {{ $now | Quote }}
+        message: "container runtime is down (simulated: ` + AnnotationSimulateNotReady + `)"
+        reason: KubeletNotReady
+        status: "False"
+        type: Ready
+`
+
 // stages returns the Stage objects fke runs kwok with: nodes become Ready
 // at once and keep a lease; pods become Running at once, complete when
 // their containers are all done, and go away when deleted (after the delay
-// of AnnotationPodDeleteDelay, if any). All but pod-delete are kwok's
-// standard "fast" stages.
-func stages() []string {
-	return []string{
-		nodefast.DefaultNodeInit,
-		nodeheartbeat.DefaultNodeHeartbeatWithLease,
-		podfast.DefaultPodReady,
-		podfast.DefaultPodComplete,
-		podDeleteStage,
+// of AnnotationPodDeleteDelay, if any); a node annotated
+// AnnotationSimulateNotReady goes NotReady. The node and pod stages are
+// kwok's standard "fast" ones, the node stages told to skip simulated
+// faults.
+func stages() ([]string, error) {
+	var out []string
+	for _, s := range []string{nodefast.DefaultNodeInit, nodeheartbeat.DefaultNodeHeartbeatWithLease} {
+		s, err := skipSimulatedFaults(s)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, s)
 	}
+	return append(out, nodeNotReadyStage, podfast.DefaultPodReady, podfast.DefaultPodComplete, podDeleteStage), nil
+}
+
+// skipSimulatedFaults adds to a node Stage's selector that the node has no
+// AnnotationSimulateNotReady.
+func skipSimulatedFaults(stage string) (string, error) {
+	var obj map[string]any
+	if err := yaml.Unmarshal([]byte(stage), &obj); err != nil {
+		return "", fmt.Errorf("reading kwok stage: %w", err)
+	}
+	spec, _ := obj["spec"].(map[string]any)
+	sel, _ := spec["selector"].(map[string]any)
+	if sel == nil {
+		return "", fmt.Errorf("kwok stage %v has no selector", obj["metadata"])
+	}
+	exprs, _ := sel["matchExpressions"].([]any)
+	sel["matchExpressions"] = append(exprs, map[string]any{
+		"key": `.metadata.annotations["` + AnnotationSimulateNotReady + `"]`, "operator": "DoesNotExist",
+	})
+	data, err := yaml.Marshal(obj)
+	if err != nil {
+		return "", err
+	}
+	return string(data), nil
 }
 
 // renderConfig returns the multi-document YAML of kwok's --config file: a
@@ -184,7 +242,11 @@ func renderConfig(podCIDR, nodeIP string) ([]byte, error) {
 		return nil, fmt.Errorf("rendering kwok configuration: %w", err)
 	}
 	docs := []string{strings.TrimSpace(string(head))}
-	for _, s := range append(stages(), usageObjects()...) {
+	all, err := stages()
+	if err != nil {
+		return nil, fmt.Errorf("rendering kwok configuration: %w", err)
+	}
+	for _, s := range append(all, usageObjects()...) {
 		docs = append(docs, strings.TrimSpace(s))
 	}
 	return []byte(strings.Join(docs, "\n---\n") + "\n"), nil

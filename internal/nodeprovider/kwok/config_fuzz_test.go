@@ -18,7 +18,11 @@ func FuzzRenderConfig(f *testing.F) {
 	} {
 		f.Add(s[0], s[1])
 	}
-	want := len(stages()) + len(usageObjects())
+	all, err := stages()
+	if err != nil {
+		f.Fatal(err)
+	}
+	want := len(all) + len(usageObjects())
 	f.Fuzz(func(t *testing.T, podCIDR, nodeIP string) {
 		data, err := renderConfig(podCIDR, nodeIP)
 		if err != nil {

@@ -280,3 +280,44 @@ func TestFingerprint(t *testing.T) {
 		t.Error("new host kept the fingerprint")
 	}
 }
+
+// TestStagesSkipSimulatedFaults: kwok's node stages leave a node with a
+// simulated fault alone, and fke's own stage turns it NotReady.
+func TestStagesSkipSimulatedFaults(t *testing.T) {
+	all, err := stages()
+	if err != nil {
+		t.Fatal(err)
+	}
+	skipping := 0
+	for _, s := range all {
+		var obj struct {
+			Metadata struct{ Name string }
+			Spec     struct {
+				ResourceRef struct{ Kind string } `json:"resourceRef"`
+				Selector    struct {
+					MatchExpressions []struct{ Key, Operator string } `json:"matchExpressions"`
+				}
+			}
+		}
+		if err := yaml.Unmarshal([]byte(s), &obj); err != nil {
+			t.Fatalf("stage does not parse: %v\n%s", err, s)
+		}
+		if obj.Spec.ResourceRef.Kind != "Node" {
+			continue
+		}
+		for _, e := range obj.Spec.Selector.MatchExpressions {
+			if strings.Contains(e.Key, AnnotationSimulateNotReady) {
+				switch {
+				case obj.Metadata.Name == "fke-node-not-ready" && e.Operator == "Exists":
+				case obj.Metadata.Name != "fke-node-not-ready" && e.Operator == "DoesNotExist":
+					skipping++
+				default:
+					t.Errorf("stage %s: %s %s", obj.Metadata.Name, e.Key, e.Operator)
+				}
+			}
+		}
+	}
+	if skipping != 2 {
+		t.Errorf("%d of kwok's 2 node stages skip simulated faults", skipping)
+	}
+}

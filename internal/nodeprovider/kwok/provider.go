@@ -39,6 +39,10 @@ const (
 	AnnotationNodeValue = "fake"
 	// AnnotationMachine names the Machine a Node was made for.
 	AnnotationMachine = "fke.dev/machine"
+	// AnnotationSimulateNotReady on a simulated Node makes it report
+	// NotReady (as a kubelet whose runtime broke) until it is removed: a
+	// fault to test node repair and workloads against.
+	AnnotationSimulateNotReady = "fke.dev/simulate-not-ready"
 )
 
 // ProviderIDPrefix starts every provider ID: kwok://<cluster>/<node>.

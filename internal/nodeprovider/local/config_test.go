@@ -4,9 +4,12 @@ import (
 	"net/netip"
 	"strings"
 	"testing"
+	"unicode"
+	"unicode/utf8"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/apimachinery/pkg/util/validation"
 	proxyv1alpha1 "k8s.io/kube-proxy/config/v1alpha1"
 	kubeletv1beta1 "k8s.io/kubelet/config/v1beta1"
 	"sigs.k8s.io/yaml"
@@ -155,4 +158,44 @@ func TestContainerdConfigTrustsRegistry(t *testing.T) {
 			t.Errorf("containerd config lacks %s:\n%s", want, cfg)
 		}
 	}
+}
+
+// FuzzKubeletConfig: whatever the pool's taints and the node's identity,
+// the rendered configuration is one the kubelet reads (strictly, as its
+// own type) and says what was asked.
+func FuzzKubeletConfig(f *testing.F) {
+	f.Add("nvidia.com/gpu", "present", "NoSchedule", "local://default/demo/n1", "/fke/n1", "10.96.0.10", int32(110))
+	f.Add("a: b", "\"quoted\"\n", "NoExecute", "", "", "", int32(0))
+	f.Fuzz(func(t *testing.T, key, value, effect, providerID, cgroupRoot, dns string, maxPods int32) {
+		// Taints reach the renderer only after admission (schema and
+		// webhook); the other fields are fke's own, never control characters.
+		if len(validation.IsQualifiedName(key)) > 0 || len(validation.IsValidLabelValue(value)) > 0 {
+			t.Skip("admission refuses this taint")
+		}
+		for _, s := range []string{effect, providerID, cgroupRoot, dns} {
+			if !utf8.ValidString(s) || strings.IndexFunc(s, unicode.IsControl) >= 0 {
+				t.Skip("not a string fke renders")
+			}
+		}
+		spec := KubeletSpec{
+			NodeIP: netip.MustParseAddr("172.29.0.2"), ProviderID: providerID, CgroupRoot: cgroupRoot, ClusterDNS: dns,
+			Taints:   []corev1.Taint{{Key: key, Value: value, Effect: corev1.TaintEffect(effect)}},
+			Reserved: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("500m")}, MaxPods: maxPods,
+		}
+		data, err := KubeletConfig(Layout{Dir: "/n"}, spec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got kubeletv1beta1.KubeletConfiguration
+		if err := yaml.UnmarshalStrict(data, &got); err != nil {
+			t.Fatalf("the kubelet cannot read it: %v\n%s", err, data)
+		}
+		if got.ProviderID != providerID || got.CgroupRoot != cgroupRoot || got.MaxPods != maxPods ||
+			len(got.RegisterWithTaints) != 1 || got.RegisterWithTaints[0] != spec.Taints[0] {
+			t.Fatalf("rendered %+v from %+v", got, spec)
+		}
+		if dns != "" && (len(got.ClusterDNS) != 1 || got.ClusterDNS[0] != dns) {
+			t.Fatalf("clusterDNS %v, want %q", got.ClusterDNS, dns)
+		}
+	})
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"sync"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -79,8 +80,8 @@ func nodeShape(hostCPU, hostMemory resource.Quantity, it *fkev1.InstanceType) (c
 
 // GPUAgents installs fke's GPU agent on the local nodes of GPU pools: one
 // DaemonSet per pool, with the backend this host allows and the pool's
-// sharing settings. It applies a pool's agent again only when what it
-// would apply changed (or after a restart).
+// sharing settings. It applies a pool's agent again when what it would
+// apply changed, and every few minutes (a deleted DaemonSet comes back).
 type GPUAgents struct {
 	// Registry is host:port of the registry nodes pull the agent from.
 	Registry string
@@ -88,8 +89,18 @@ type GPUAgents struct {
 	HostDriver bool
 
 	mu      sync.Mutex
-	applied map[string]addons.GPUAgentOptions // by pool object key
+	applied map[string]appliedAgent // by pool object key
 }
+
+// appliedAgent is what was applied for a pool, and when.
+type appliedAgent struct {
+	opts addons.GPUAgentOptions
+	at   time.Time
+}
+
+// gpuAgentReapply is how often an unchanged agent is applied again, so
+// that a DaemonSet or ConfigMap someone deleted or edited comes back.
+const gpuAgentReapply = 5 * time.Minute
 
 // GPUAgents returns the installer of the GPU agent of this provider's GPU pools.
 func (p *Provider) GPUAgents() *GPUAgents {
@@ -120,9 +131,9 @@ func (g *GPUAgents) Ensure(ctx context.Context, t *tenant.Tenant, np *fkev1.Node
 	}
 	key := t.Key + "/" + np.Name
 	g.mu.Lock()
-	done := g.applied[key] == o
+	last, ok := g.applied[key]
 	g.mu.Unlock()
-	if done {
+	if ok && last.opts == o && time.Since(last.at) < gpuAgentReapply {
 		return nil
 	}
 	if err := addons.EnsureGPUAgent(ctx, t.Config, o); err != nil {
@@ -130,9 +141,9 @@ func (g *GPUAgents) Ensure(ctx context.Context, t *tenant.Tenant, np *fkev1.Node
 	}
 	g.mu.Lock()
 	if g.applied == nil {
-		g.applied = map[string]addons.GPUAgentOptions{}
+		g.applied = map[string]appliedAgent{}
 	}
-	g.applied[key] = o
+	g.applied[key] = appliedAgent{opts: o, at: time.Now()}
 	g.mu.Unlock()
 	return nil
 }

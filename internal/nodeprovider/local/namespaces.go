@@ -231,6 +231,14 @@ func ensureCgroup(cgroup string) error {
 	return nil
 }
 
+// EnsureCgroup creates cgroup in every hierarchy, as for a node's cgroup
+// root (benchmarks start a kubelet by hand under CgroupParent with it).
+func EnsureCgroup(cgroup string) error { return ensureCgroup(cgroup) }
+
+// RemoveCgroup removes cgroup and the cgroups below it in every hierarchy;
+// they must hold no process.
+func RemoveCgroup(cgroup string) error { return removeCgroup(cgroup) }
+
 // cgroupDirs lists cgroup's directories in every hierarchy, deepest first.
 func cgroupDirs(cgroup string) ([]string, error) {
 	hs, err := cgroupHierarchies()

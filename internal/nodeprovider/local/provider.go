@@ -20,6 +20,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -183,7 +184,9 @@ type record struct {
 	PodCIDR     string            `json:"clusterPodCIDR"`
 	APIPort     int               `json:"apiPort"`
 	Annotations map[string]string `json:"annotations,omitempty"`
-	Config      NodeConfig        `json:"config"`
+	// RealGPUs: the node was given this host's GPUs (one node at a time).
+	RealGPUs bool       `json:"realGPUs,omitempty"`
+	Config   NodeConfig `json:"config"`
 }
 
 func (p *Provider) nodesDir() string { return filepath.Join(p.opts.DataDir, "nodes") }
@@ -265,6 +268,17 @@ func (p *Provider) Create(ctx context.Context, cluster nodeprovider.Cluster, spe
 	if err := checkPodCIDR(cluster, all); err != nil {
 		return nodeprovider.Instance{}, err
 	}
+	realGPUs := spec.InstanceType.Spec.GPU != nil && p.opts.HostGPUDriver
+	if realGPUs {
+		// Every node's agent would see all of the host's GPUs: they go to
+		// one node, or two nodes would hand out the same devices.
+		for _, r := range all {
+			if r.RealGPUs {
+				return nodeprovider.Instance{}, &nodeprovider.InsufficientCapacityError{InstanceType: spec.InstanceType.Name,
+					Reason: fmt.Sprintf("this host's GPUs belong to local node %s of cluster %s", r.Config.Name, r.ClusterKey)}
+			}
+		}
+	}
 	if err := p.ensureClusterDNS(ctx, cluster); err != nil {
 		return nodeprovider.Instance{}, fmt.Errorf("creating local node for machine %s: %w", spec.MachineName, err)
 	}
@@ -283,7 +297,7 @@ func (p *Provider) Create(ctx context.Context, cluster nodeprovider.Cluster, spe
 	if err != nil {
 		return nodeprovider.Instance{}, fmt.Errorf("creating local node for machine %s: %w", spec.MachineName, err)
 	}
-	r := record{ClusterKey: cluster.Key, MachineName: spec.MachineName, PodCIDR: cluster.PodCIDR, APIPort: apiPort, Annotations: spec.Template.Annotations, Config: cfg}
+	r := record{ClusterKey: cluster.Key, MachineName: spec.MachineName, PodCIDR: cluster.PodCIDR, APIPort: apiPort, Annotations: spec.Template.Annotations, RealGPUs: realGPUs, Config: cfg}
 	if err := os.MkdirAll(dir, 0o750); err != nil {
 		return nodeprovider.Instance{}, err
 	}
@@ -537,7 +551,7 @@ func (p *Provider) Delete(ctx context.Context, cluster nodeprovider.Cluster, pro
 			return fmt.Errorf("deleting node %s of cluster %s: %w", r.Config.Name, cluster.Key, err)
 		}
 	}
-	return p.tidyLocked(ctx)
+	return p.tidyLocked(ctx, r.APIPort)
 }
 
 func (p *Provider) removeLocked(ctx context.Context, r record) error {
@@ -553,9 +567,10 @@ func (p *Provider) removeLocked(ctx context.Context, r record) error {
 	return nil
 }
 
-// tidyLocked unexposes the API ports of clusters without nodes and removes
-// the bridge, chains and namespace directory once no node is left.
-func (p *Provider) tidyLocked(ctx context.Context) error {
+// tidyLocked unexposes the API ports (of nodes just removed) that no node
+// left uses, and removes the bridge, chains and namespace directory once no
+// node is left.
+func (p *Provider) tidyLocked(ctx context.Context, ports ...int) error {
 	all, err := p.records()
 	if err != nil {
 		return err
@@ -563,7 +578,16 @@ func (p *Provider) tidyLocked(ctx context.Context) error {
 	if len(all) == 0 {
 		return p.removeHostLocked(ctx)
 	}
-	return nil
+	var errs []error
+	for _, port := range ports {
+		if port == 0 || slices.ContainsFunc(all, func(r record) bool { return r.APIPort == port }) {
+			continue
+		}
+		if err := p.host.Unexpose(ctx, port); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // removeHostLocked removes the bridge, fke's chains, the mount namespace
@@ -630,22 +654,17 @@ func (p *Provider) Release(ctx context.Context, cluster nodeprovider.Cluster) er
 		return err
 	}
 	var errs []error
-	port := 0
+	var ports []int
 	for _, r := range all {
 		if r.ClusterKey != cluster.Key {
 			continue
 		}
-		port = r.APIPort
+		ports = append(ports, r.APIPort)
 		if err := p.removeLocked(ctx, r); err != nil {
 			errs = append(errs, err)
 		}
 	}
-	if port != 0 {
-		if err := p.host.Unexpose(ctx, port); err != nil {
-			errs = append(errs, err)
-		}
-	}
-	if err := p.tidyLocked(ctx); err != nil {
+	if err := p.tidyLocked(ctx, ports...); err != nil {
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)

@@ -1,0 +1,190 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	fkev1 "fke.dev/fke/api/v1alpha1"
+)
+
+func newClusterBackupCmd(g *globals) *cobra.Command {
+	var timeout time.Duration
+	cmd := &cobra.Command{
+		Use:   "backup NAME",
+		Short: "Take an etcd snapshot of a cluster now and wait for it",
+		Args:  exactArgs(1, "NAME"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := g.client()
+			if err != nil {
+				return err
+			}
+			key := client.ObjectKey{Namespace: g.namespace, Name: args[0]}
+			cl := &fkev1.Cluster{}
+			if err := c.Get(cmd.Context(), key, cl); err != nil {
+				return explainCluster(err, args[0])
+			}
+			request := strconv.FormatInt(time.Now().UnixNano(), 10)
+			patch := client.MergeFrom(cl.DeepCopy())
+			if cl.Annotations == nil {
+				cl.Annotations = map[string]string{}
+			}
+			cl.Annotations[fkev1.AnnotationBackupRequested] = request
+			if err := c.Patch(cmd.Context(), cl, patch); err != nil {
+				return explainCluster(err, args[0])
+			}
+			fmt.Fprintf(g.errOut, "snapshot of %s requested; waiting\n", args[0])
+			var cond string
+			err = wait.PollUntilContextTimeout(cmd.Context(), 200*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
+				if err := c.Get(ctx, key, cl); err != nil {
+					return false, err
+				}
+				if cl.Status.BackupRequest != request {
+					return false, nil
+				}
+				c := meta.FindStatusCondition(cl.Status.Conditions, fkev1.ConditionBackupSucceeded)
+				if c == nil {
+					return false, nil
+				}
+				cond = c.Message
+				if c.Status != "True" {
+					return false, fmt.Errorf("snapshot of %s failed: %s", args[0], c.Message)
+				}
+				return true, nil
+			})
+			if err != nil {
+				if cond == "" {
+					return fmt.Errorf("no snapshot of %s after %s (is its control plane ready? see `fke cluster get %s`): %w", args[0], timeout, args[0], err)
+				}
+				return err
+			}
+			fmt.Fprintln(g.out, cond)
+			return nil
+		},
+	}
+	cmd.Flags().DurationVar(&timeout, "timeout", 5*time.Minute, "how long to wait for the snapshot")
+	return cmd
+}
+
+func newClusterBackupsCmd(g *globals) *cobra.Command {
+	var output string
+	cmd := &cobra.Command{
+		Use:   "backups NAME",
+		Short: "List a cluster's etcd snapshots",
+		Args:  exactArgs(1, "NAME"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := g.client()
+			if err != nil {
+				return err
+			}
+			cl := &fkev1.Cluster{}
+			if err := c.Get(cmd.Context(), client.ObjectKey{Namespace: g.namespace, Name: args[0]}, cl); err != nil {
+				return explainCluster(err, args[0])
+			}
+			if output != "" {
+				return printObject(g.out, output, cl.Status.Backups)
+			}
+			if len(cl.Status.Backups) == 0 {
+				fmt.Fprintf(g.out, "no snapshots of %s: take one with `fke cluster backup %s`, or schedule them in spec.backup\n", args[0], args[0])
+				return nil
+			}
+			tw := tabwriter.NewWriter(g.out, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "SNAPSHOT\tTAKEN\tSIZE\tREVISION\tSHA256")
+			for _, b := range cl.Status.Backups {
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\n", b.Name, b.Time.UTC().Format(time.RFC3339), humanBytes(b.Size), b.Revision, b.SHA256[:min(16, len(b.SHA256))])
+			}
+			return tw.Flush()
+		},
+	}
+	cmd.Flags().StringVarP(&output, "output", "o", "", "output format: yaml or json")
+	return cmd
+}
+
+// humanBytes writes n in B, KiB, MiB or GiB.
+func humanBytes(n int64) string {
+	const k = 1024
+	switch {
+	case n < k:
+		return fmt.Sprintf("%d B", n)
+	case n < k*k:
+		return fmt.Sprintf("%.1f KiB", float64(n)/k)
+	case n < k*k*k:
+		return fmt.Sprintf("%.1f MiB", float64(n)/(k*k))
+	}
+	return fmt.Sprintf("%.1f GiB", float64(n)/(k*k*k))
+}
+
+func newClusterRestoreCmd(g *globals) *cobra.Command {
+	var (
+		from    string
+		wait    bool
+		timeout time.Duration
+	)
+	cmd := &cobra.Command{
+		Use:   "restore NEW --from CLUSTER/SNAPSHOT",
+		Short: "Create a cluster from an etcd snapshot of another one (same CA and keys, the snapshot's objects)",
+		Args:  exactArgs(1, "NEW"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			name := args[0]
+			if err := validateName("cluster", name); err != nil {
+				return err
+			}
+			srcName, snapshot, ok := strings.Cut(from, "/")
+			if !ok || srcName == "" || snapshot == "" {
+				return fmt.Errorf("--from %q: write CLUSTER/SNAPSHOT, e.g. demo/20261201T120000Z (see `fke cluster backups CLUSTER`)", from)
+			}
+			c, err := g.client()
+			if err != nil {
+				return err
+			}
+			src := &fkev1.Cluster{}
+			if err := c.Get(cmd.Context(), client.ObjectKey{Namespace: g.namespace, Name: srcName}, src); err != nil {
+				return explainCluster(err, srcName)
+			}
+			found := false
+			var names []string
+			for _, b := range src.Status.Backups {
+				names = append(names, b.Name)
+				found = found || b.Name == snapshot
+			}
+			if !found {
+				return fmt.Errorf("cluster %s has no snapshot %s (it has: %s)", srcName, snapshot, orDash(strings.Join(names, ", ")))
+			}
+			cl := &fkev1.Cluster{
+				ObjectMeta: metav1.ObjectMeta{Namespace: g.namespace, Name: name},
+				Spec: fkev1.ClusterSpec{
+					// The restored Services keep their ClusterIPs: the
+					// service range must be the source's.
+					Version:     src.Spec.Version,
+					Runtime:     src.Spec.Runtime,
+					Network:     fkev1.ClusterNetwork{ServiceCIDR: src.Spec.Network.ServiceCIDR},
+					Autoscaling: src.Spec.Autoscaling,
+					RestoreFrom: &fkev1.ClusterRestore{Cluster: srcName, Snapshot: snapshot},
+				},
+			}
+			if err := c.Create(cmd.Context(), cl); err != nil {
+				return explainCluster(err, name)
+			}
+			fmt.Fprintf(g.out, "cluster %s created from snapshot %s of %s\n", name, snapshot, srcName)
+			if !wait {
+				fmt.Fprintf(g.out, "watch it with `fke cluster get %s`\n", name)
+				return nil
+			}
+			return waitClusterReady(cmd.Context(), c, client.ObjectKeyFromObject(cl), timeout, g.out)
+		},
+	}
+	cmd.Flags().StringVar(&from, "from", "", "the snapshot: CLUSTER/SNAPSHOT (see `fke cluster backups CLUSTER`)")
+	cmd.Flags().BoolVar(&wait, "wait", false, "wait until the cluster is Ready")
+	cmd.Flags().DurationVar(&timeout, "timeout", 5*time.Minute, "how long --wait waits")
+	_ = cmd.MarkFlagRequired("from")
+	return cmd
+}

@@ -1,0 +1,174 @@
+// Package backup is the controller that takes etcd snapshots of tenant
+// clusters: on the Cluster's spec.backup schedule, and when the
+// fke.dev/backup-requested annotation changes (fke cluster backup). It
+// keeps spec.backup.retain snapshots (internal/backup) and lists them in
+// status.backups.
+package backup
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"fmt"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/events"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	fkev1 "fke.dev/fke/api/v1alpha1"
+	"fke.dev/fke/internal/backup"
+	clustercontroller "fke.dev/fke/internal/controller/cluster"
+	"fke.dev/fke/internal/pki"
+)
+
+// DefaultRetain is how many snapshots are kept when spec.backup.retain is unset.
+const DefaultRetain = 7
+
+// Reconciler takes the snapshots.
+type Reconciler struct {
+	Client   client.Client
+	Recorder events.EventRecorder
+	// Dir is where snapshots are kept: Dir/<namespace>/<cluster>/.
+	Dir string
+	// Now is the clock (time.Now when nil).
+	Now func() time.Time
+}
+
+// ClusterDir is where the snapshots of cluster namespace/name are kept.
+func ClusterDir(root, namespace, name string) backup.Dir {
+	return backup.Dir(filepath.Join(root, namespace, name))
+}
+
+func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
+	// Every change of a Cluster (spec.backup, the request annotation, the
+	// control plane becoming ready) is looked at; nothing happens unless a
+	// snapshot is requested or due.
+	return ctrl.NewControllerManagedBy(mgr).Named("backup").For(&fkev1.Cluster{}).Complete(r)
+}
+
+// Reconcile takes a snapshot when one is requested or due.
+func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	cl := &fkev1.Cluster{}
+	if err := r.Client.Get(ctx, req.NamespacedName, cl); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	if !cl.DeletionTimestamp.IsZero() || !meta.IsStatusConditionTrue(cl.Status.Conditions, fkev1.ConditionControlPlaneReady) || cl.Status.Ports.EtcdClient == 0 {
+		return ctrl.Result{}, nil
+	}
+	now := time.Now()
+	if r.Now != nil {
+		now = r.Now()
+	}
+	requested := cl.Annotations[fkev1.AnnotationBackupRequested]
+	pending := requested != "" && requested != cl.Status.BackupRequest
+	var due time.Time
+	if b := cl.Spec.Backup; b != nil && b.Schedule != "" {
+		sched, err := backup.ParseSchedule(b.Schedule)
+		if err != nil {
+			return ctrl.Result{}, r.setResult(ctx, cl, requested, nil, err)
+		}
+		var last time.Time
+		if n := len(cl.Status.Backups); n > 0 {
+			last = cl.Status.Backups[n-1].Time.Time
+		}
+		due = backup.Due(sched, last, cl.CreationTimestamp.Time)
+	}
+	if !pending && (due.IsZero() || now.Before(due)) {
+		if due.IsZero() {
+			return ctrl.Result{}, nil
+		}
+		return ctrl.Result{RequeueAfter: due.Sub(now)}, nil
+	}
+	snap, err := r.take(ctx, cl, now)
+	if serr := r.setResult(ctx, cl, requested, snap, err); serr != nil {
+		return ctrl.Result{}, serr
+	}
+	if err != nil {
+		return ctrl.Result{RequeueAfter: time.Minute}, nil
+	}
+	return ctrl.Result{RequeueAfter: time.Second}, nil
+}
+
+// take snapshots cl's etcd and prunes the old snapshots.
+func (r *Reconciler) take(ctx context.Context, cl *fkev1.Cluster, now time.Time) (*backup.Snapshot, error) {
+	secret := &corev1.Secret{}
+	if err := r.Client.Get(ctx, client.ObjectKey{Namespace: cl.Namespace, Name: clustercontroller.PKISecretName(cl.Name)}, secret); err != nil {
+		return nil, fmt.Errorf("reading the cluster's PKI: %w", err)
+	}
+	tlsCfg, err := etcdClientTLS(pki.Bundle(secret.Data))
+	if err != nil {
+		return nil, err
+	}
+	endpoint := "127.0.0.1:" + strconv.Itoa(int(cl.Status.Ports.EtcdClient))
+	c, err := clientv3.New(clientv3.Config{Endpoints: []string{"https://" + endpoint}, TLS: tlsCfg, DialTimeout: 5 * time.Second, Logger: nil})
+	if err != nil {
+		return nil, fmt.Errorf("connecting to etcd: %w", err)
+	}
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
+	defer cancel()
+	dir := ClusterDir(r.Dir, cl.Namespace, cl.Name)
+	snap, err := backup.Take(ctx, c, "https://"+endpoint, dir, now)
+	if err != nil {
+		return nil, err
+	}
+	retain := DefaultRetain
+	if b := cl.Spec.Backup; b != nil && b.Retain > 0 {
+		retain = int(b.Retain)
+	}
+	if _, err := backup.Prune(dir, retain); err != nil {
+		return &snap, fmt.Errorf("pruning old snapshots: %w", err)
+	}
+	return &snap, nil
+}
+
+// setResult records a snapshot (or why it failed) in cl's status.
+func (r *Reconciler) setResult(ctx context.Context, cl *fkev1.Cluster, requested string, snap *backup.Snapshot, err error) error {
+	before := cl.DeepCopy()
+	cl.Status.BackupRequest = requested
+	cond := metav1.Condition{Type: fkev1.ConditionBackupSucceeded, ObservedGeneration: cl.Generation}
+	if err != nil {
+		cond.Status, cond.Reason, cond.Message = metav1.ConditionFalse, "BackupFailed", err.Error()
+		r.Recorder.Eventf(cl, nil, corev1.EventTypeWarning, "BackupFailed", "Backup", "%v", err)
+	} else {
+		cond.Status, cond.Reason = metav1.ConditionTrue, "SnapshotTaken"
+		cond.Message = fmt.Sprintf("snapshot %s: %d bytes at revision %d, sha256 %s", snap.Name, snap.Size, snap.Revision, snap.SHA256)
+		r.Recorder.Eventf(cl, nil, corev1.EventTypeNormal, "SnapshotTaken", "Backup", "%s", cond.Message)
+	}
+	meta.SetStatusCondition(&cl.Status.Conditions, cond)
+	if kept, lerr := backup.List(ClusterDir(r.Dir, cl.Namespace, cl.Name)); lerr == nil {
+		cl.Status.Backups = nil
+		for _, s := range kept {
+			cl.Status.Backups = append(cl.Status.Backups, fkev1.BackupRecord{Name: s.Name, Time: metav1.NewTime(s.Time), Size: s.Size, SHA256: s.SHA256, Revision: s.Revision})
+		}
+	}
+	if equality.Semantic.DeepEqual(before.Status, cl.Status) {
+		return nil
+	}
+	if perr := r.Client.Status().Patch(ctx, cl, client.MergeFrom(before)); perr != nil {
+		return fmt.Errorf("recording the snapshot in the cluster's status: %w", perr)
+	}
+	return nil
+}
+
+// etcdClientTLS trusts the cluster's etcd CA and presents the API server's
+// etcd client certificate (the one identity etcd accepts).
+func etcdClientTLS(b pki.Bundle) (*tls.Config, error) {
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(b[pki.EtcdCACertFile]) {
+		return nil, fmt.Errorf("the cluster's PKI has no etcd CA")
+	}
+	pair, err := b.KeyPair(pki.APIServerEtcdClient)
+	if err != nil {
+		return nil, fmt.Errorf("the cluster's etcd client certificate: %w", err)
+	}
+	return &tls.Config{RootCAs: pool, Certificates: []tls.Certificate{pair.TLSCertificate()}, MinVersion: tls.VersionTLS12}, nil
+}
