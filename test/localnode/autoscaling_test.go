@@ -53,9 +53,13 @@ func TestWorkloadAutoscaling(t *testing.T) {
 	t.Cleanup(func() { dumpNodeLogs(t, e) })
 	t.Cleanup(func() { dumpMetricsServerLog(t, e) })
 	e.MustRun("cluster", "create", "demo", "--wait")
+	start := time.Now()
+	mc := e.Client()
+	// On by default, before any node exists.
+	waitAddon(t, mc, fkev1.AddonReady)
+	t.Logf("FIGURE cluster Ready -> metrics-server Ready (APIService Available): %s", time.Since(start).Round(10*time.Millisecond))
 	registry := waitSystemImages(t, e)
 	ctx := t.Context()
-	mc := e.Client()
 	cfg := e.TenantConfig("demo")
 	cs := e.Tenant("demo")
 	metrics, err := metricsclient.NewForConfig(cfg)
@@ -67,10 +71,6 @@ func TestWorkloadAutoscaling(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	// On by default, before any node exists.
-	start := time.Now()
-	waitAddon(t, mc, fkev1.AddonReady)
-	t.Logf("FIGURE cluster Ready -> metrics-server Ready (APIService Available): %s", time.Since(start).Round(10*time.Millisecond))
 	cl := getCluster(t, mc)
 	if c := meta.FindStatusCondition(cl.Status.Conditions, fkev1.ConditionAddonsReady); c == nil || c.Status != metav1.ConditionTrue {
 		t.Errorf("AddonsReady = %+v, want True", c)
