@@ -41,7 +41,8 @@ type ClusterSpec struct {
 	// +optional
 	Network ClusterNetwork `json:"network,omitempty"`
 
-	// Addons selects what fke installs into the cluster.
+	// Addons selects what fke installs into the cluster and runs for it.
+	// +kubebuilder:default={}
 	// +optional
 	Addons ClusterAddons `json:"addons,omitempty"`
 
@@ -122,17 +123,61 @@ type ClusterNetwork struct {
 	ServiceCIDR string `json:"serviceCIDR,omitempty"`
 }
 
-// ClusterAddons selects the addons fke installs into a tenant cluster.
+// ClusterAddons selects the addons fke installs into a tenant cluster. An
+// addon that serves the tenant's API server (an aggregated API or an
+// admission webhook) runs beside the control plane as a supervised process
+// of the cluster, so it works whatever nodes the cluster has (kwok nodes
+// only, or none); what it needs inside the cluster (APIService, Service,
+// RBAC) is kept in place by fke-manager, which repairs it when deleted and
+// removes it when the addon is turned off. status.addons reports each one.
 type ClusterAddons struct {
 	// GPUAgent configures the fke GPU node agent on GPU nodes.
 	// +optional
 	GPUAgent GPUAgentAddon `json:"gpuAgent,omitempty"`
-	// MetricsServer installs metrics-server (resource metrics for HPA and kubectl top).
+	// MetricsServer serves the resource metrics API (metrics.k8s.io), which
+	// `kubectl top` and HorizontalPodAutoscalers on CPU and memory read. On
+	// by default.
+	// +kubebuilder:default={}
 	// +optional
-	MetricsServer bool `json:"metricsServer,omitempty"`
-	// VerticalPodAutoscaler installs the upstream VPA.
+	MetricsServer MetricsServerAddon `json:"metricsServer,omitempty"`
+	// GPUMetrics will serve GPU metrics under their DCGM names on the custom
+	// metrics API (custom.metrics.k8s.io) for HorizontalPodAutoscalers. Not
+	// available yet: it stays off and enabling it is refused.
 	// +optional
-	VerticalPodAutoscaler bool `json:"verticalPodAutoscaler,omitempty"`
+	GPUMetrics GPUMetricsAddon `json:"gpuMetrics,omitempty"`
+	// VerticalPodAutoscaler will install the upstream VPA (recommender,
+	// updater, admission controller). Not available yet: it stays off and
+	// enabling it is refused.
+	// +optional
+	VerticalPodAutoscaler VerticalPodAutoscalerAddon `json:"verticalPodAutoscaler,omitempty"`
+}
+
+// MetricsServerAddon configures metrics-server (sigs.k8s.io/metrics-server).
+type MetricsServerAddon struct {
+	// Enabled runs metrics-server for the cluster (default true); false
+	// removes it and its APIService.
+	// +kubebuilder:default=true
+	// +optional
+	Enabled *bool `json:"enabled,omitempty"`
+}
+
+// IsEnabled reports whether metrics-server runs: Enabled, true when unset.
+func (a MetricsServerAddon) IsEnabled() bool { return a.Enabled == nil || *a.Enabled }
+
+// GPUMetricsAddon configures the GPU custom-metrics adapter (not available yet).
+// +kubebuilder:validation:XValidation:rule="!has(self.enabled) || !self.enabled",message="the GPU metrics addon is not available yet in this fke; leave gpuMetrics.enabled false"
+type GPUMetricsAddon struct {
+	// Enabled must stay false until the adapter is available.
+	// +optional
+	Enabled bool `json:"enabled,omitempty"`
+}
+
+// VerticalPodAutoscalerAddon configures the upstream VPA (not available yet).
+// +kubebuilder:validation:XValidation:rule="!has(self.enabled) || !self.enabled",message="the VerticalPodAutoscaler addon is not available yet in this fke; leave verticalPodAutoscaler.enabled false"
+type VerticalPodAutoscalerAddon struct {
+	// Enabled must stay false until the VPA addon is available.
+	// +optional
+	Enabled bool `json:"enabled,omitempty"`
 }
 
 // GPUSharingStrategy says how physical GPUs are shared between pods.
@@ -199,6 +244,8 @@ type ClusterPorts struct {
 	EtcdPeer          int32 `json:"etcdPeer,omitempty"`
 	ControllerManager int32 `json:"controllerManager,omitempty"`
 	Scheduler         int32 `json:"scheduler,omitempty"`
+	// MetricsServer is the port metrics-server serves on beside the control plane.
+	MetricsServer int32 `json:"metricsServer,omitempty"`
 }
 
 // ClusterStatus is the observed state of a Cluster.
@@ -221,6 +268,12 @@ type ClusterStatus struct {
 	// Ports are the loopback ports of a local control plane, kept across restarts.
 	// +optional
 	Ports ClusterPorts `json:"ports,omitempty"`
+	// Addons is the state of each addon fke manages for the cluster, enabled
+	// or being removed.
+	// +listType=map
+	// +listMapKey=name
+	// +optional
+	Addons []AddonStatus `json:"addons,omitempty"`
 	// Backups are the snapshots kept, oldest first.
 	// +optional
 	Backups []BackupRecord `json:"backups,omitempty"`
@@ -232,6 +285,38 @@ type ClusterStatus struct {
 	// +listMapKey=type
 	// +optional
 	Conditions []metav1.Condition `json:"conditions,omitempty"`
+}
+
+// AddonPhase is where an addon is: Installing, Ready, Failed or Removing.
+// +kubebuilder:validation:Enum=Installing;Ready;Failed;Removing
+type AddonPhase string
+
+const (
+	// AddonInstalling: the addon is being installed or waits to be ready.
+	AddonInstalling AddonPhase = "Installing"
+	// AddonReady: the addon is installed and serves.
+	AddonReady AddonPhase = "Ready"
+	// AddonFailed: installing or running the addon failed; message says why.
+	AddonFailed AddonPhase = "Failed"
+	// AddonRemoving: the addon was turned off and is being removed.
+	AddonRemoving AddonPhase = "Removing"
+)
+
+// AddonStatus is the observed state of one addon of a Cluster.
+type AddonStatus struct {
+	// Name is the addon's name, e.g. metrics-server.
+	Name string `json:"name"`
+	// Phase says where the addon is.
+	Phase AddonPhase `json:"phase"`
+	// Version is the upstream version fke runs, e.g. v0.8.0.
+	// +optional
+	Version string `json:"version,omitempty"`
+	// Message says what the addon serves or waits for.
+	// +optional
+	Message string `json:"message,omitempty"`
+	// LastTransitionTime is when Phase last changed.
+	// +optional
+	LastTransitionTime metav1.Time `json:"lastTransitionTime,omitempty"`
 }
 
 // Cluster is a tenant Kubernetes cluster whose control plane fke runs.

@@ -54,6 +54,8 @@ const (
 	ReasonProvisionFailed = "ProvisionFailed"
 	// ReasonAddonsNotReady: a Cluster's addons are not installed or ready.
 	ReasonAddonsNotReady = "AddonsNotReady"
+	// ReasonAddonFailed: one of a Cluster's addons failed (status.addons says which and why).
+	ReasonAddonFailed = "AddonFailed"
 )
 
 // Labels and annotations fke puts on objects it owns.

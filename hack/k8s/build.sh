@@ -2,8 +2,8 @@
 # Builds the upstream components fke runs into _output/bin:
 #   kube-apiserver, kube-controller-manager, kube-scheduler, kubelet (k8s.io/kubernetes),
 #   etcd (go.etcd.io/etcd/server/v3), etcdutl (go.etcd.io/etcd/etcdutl/v3), kwok (sigs.k8s.io/kwok), the OCI registry
-#   (github.com/distribution/distribution/v3), coredns (github.com/coredns/coredns)
-#   and, for the end-to-end test of Kueue's ProvisioningRequest admission check,
+#   (github.com/distribution/distribution/v3), coredns (github.com/coredns/coredns),
+#   metrics-server (sigs.k8s.io/metrics-server) and, for the end-to-end test of Kueue's ProvisioningRequest admission check,
 #   kueue (sigs.k8s.io/kueue/cmd/kueue).
 # Versions are pinned by the go.mod files beside this script. A binary is rebuilt
 # only when its pinned version, the Go toolchain or the build flags changed: a stamp
@@ -42,6 +42,7 @@ all=(
   "kwok|kwok|sigs.k8s.io/kwok/cmd/kwok"
   "registry|registry|github.com/distribution/distribution/v3/cmd/registry"
   "coredns|coredns|github.com/coredns/coredns"
+  "metrics-server|metrics-server|sigs.k8s.io/metrics-server/cmd/metrics-server"
   "kueue|kueue|sigs.k8s.io/kueue/cmd/kueue"
 )
 
@@ -91,7 +92,11 @@ for entry in "${selected[@]}"; do
   echo "[$i/$total] $name: building $pkg (this can take several minutes on an empty cache)"
   t0=$SECONDS
   flags=(-trimpath -ldflags "$ldflags")
-  case $name in kwok | etcd | etcdutl | registry | coredns | kueue) flags=(-trimpath -ldflags "-s -w") ;; esac
+  case $name in
+  kwok | etcd | etcdutl | registry | coredns | kueue) flags=(-trimpath -ldflags "-s -w") ;;
+  # metrics-server reports client-go's version as its own, as its Makefile sets it.
+  metrics-server) flags=(-trimpath -ldflags "-s -w -X k8s.io/client-go/pkg/version.gitVersion=v0.8.0") ;;
+  esac
   (cd "$moddir" && CGO_ENABLED=0 go build "${flags[@]}" -o "$out/$name.tmp" "$pkg")
   mv "$out/$name.tmp" "$out/$name"
   echo "$stamp" >"$out/.$name.stamp"

@@ -27,6 +27,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	fkev1 "fke.dev/fke/api/v1alpha1"
+	"fke.dev/fke/internal/addons"
 	"fke.dev/fke/internal/controller/cluster"
 )
 
@@ -56,6 +57,7 @@ func newClusterCreateCmd(g *globals) *cobra.Command {
 		timeout  time.Duration
 		pools    []string
 		expander string
+		metrics  bool
 
 		podCIDR, serviceCIDR string
 	)
@@ -97,6 +99,7 @@ func newClusterCreateCmd(g *globals) *cobra.Command {
 					Version:     version,
 					Network:     fkev1.ClusterNetwork{PodCIDR: podCIDR, ServiceCIDR: serviceCIDR},
 					Autoscaling: fkev1.ClusterAutoscaling{Expander: fkev1.Expander(expander)},
+					Addons:      fkev1.ClusterAddons{MetricsServer: fkev1.MetricsServerAddon{Enabled: &metrics}},
 				},
 			}
 			if err := c.Create(cmd.Context(), cl); err != nil {
@@ -124,6 +127,7 @@ func newClusterCreateCmd(g *globals) *cobra.Command {
 	}
 	cmd.Flags().StringVar(&version, "version", cluster.SupportedVersion, "Kubernetes version of the control plane")
 	cmd.Flags().BoolVar(&wait, "wait", false, "wait until the cluster (and its node pools) are Ready")
+	cmd.Flags().BoolVar(&metrics, "metrics-server", true, "run metrics-server for the cluster (kubectl top, HPAs on CPU and memory); --metrics-server=false to leave it out")
 	cmd.Flags().StringVar(&expander, "expander", string(fkev1.ExpanderLeastWaste), "node autoscaler expander: least-waste, price, priority or random")
 	cmd.Flags().StringArrayVar(&pools, "nodepool", nil, "add a node pool: name=N,type=T,replicas=R or name=N,type=T,min=A,max=B (repeatable)")
 	cmd.Flags().DurationVar(&timeout, "timeout", 5*time.Minute, "how long --wait waits")
@@ -293,6 +297,9 @@ func describeCluster(ctx context.Context, c client.Client, cl *fkev1.Cluster, ou
 	if err := tw.Flush(); err != nil {
 		return err
 	}
+	if err := printAddons(out, cl); err != nil {
+		return err
+	}
 	var pools fkev1.NodePoolList
 	if err := c.List(ctx, &pools, client.InNamespace(cl.Namespace)); err == nil {
 		var mine []fkev1.NodePool
@@ -320,6 +327,36 @@ func describeCluster(ctx context.Context, c client.Client, cl *fkev1.Cluster, ou
 		}
 	}
 	return printEvents(ctx, c, cl.Namespace, out, object{"Cluster", cl.Name})
+}
+
+// printAddons lists the cluster's addons: those in status, then those
+// turned on that have no status yet, then those turned off.
+func printAddons(out io.Writer, cl *fkev1.Cluster) error {
+	fmt.Fprintln(out, "\nAddons:")
+	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "  NAME\tVERSION\tPHASE\tSINCE\tMESSAGE")
+	seen := map[string]bool{}
+	for _, a := range cl.Status.Addons {
+		seen[a.Name] = true
+		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\n", a.Name, orDash(a.Version), a.Phase, age(a.LastTransitionTime), a.Message)
+	}
+	for _, a := range []struct {
+		name string
+		on   bool
+	}{
+		{addons.MetricsServerName, cl.Spec.Addons.MetricsServer.IsEnabled()},
+		{"gpu-metrics", cl.Spec.Addons.GPUMetrics.Enabled},
+		{"vertical-pod-autoscaler", cl.Spec.Addons.VerticalPodAutoscaler.Enabled},
+	} {
+		switch {
+		case seen[a.name]:
+		case a.on:
+			fmt.Fprintf(tw, "  %s\t-\tPending\t-\twaits for the control plane\n", a.name)
+		default:
+			fmt.Fprintf(tw, "  %s\t-\tOff\t-\t-\n", a.name)
+		}
+	}
+	return tw.Flush()
 }
 
 // parsePoolShortcut parses name=gpu,type=gpu-h100x8,replicas=2 (or min=,max=).

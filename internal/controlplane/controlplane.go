@@ -67,6 +67,48 @@ type Status struct {
 	// Endpoint is the kube-apiserver URL.
 	Endpoint   string
 	Components []ComponentStatus
+	// Addons are the addon processes (see Runtime.EnsureAddons), by name.
+	// They do not count towards Ready.
+	Addons []ComponentStatus
+}
+
+// AddonStatus returns the status of the addon process name, and whether
+// one runs under that name.
+func (s Status) AddonStatus(name string) (ComponentStatus, bool) {
+	for _, a := range s.Addons {
+		if a.Name == name {
+			return a, true
+		}
+	}
+	return ComponentStatus{}, false
+}
+
+// AddonDirVar is replaced in an Addon's Args by the directory that holds its
+// Files, as $(VAR) is in a container's arguments.
+const AddonDirVar = "$(ADDON_DIR)"
+
+// Addon is a process that runs beside a control plane for one of the
+// cluster's addons: a server the API server calls (an aggregated API server
+// or an admission webhook), run as a managed service hosts it rather than
+// on the cluster's nodes.
+type Addon struct {
+	// Name identifies the addon within its control plane, e.g. metrics-server.
+	Name string
+	// Binary names its executable (found like the upstream binaries).
+	Binary string
+	// Files are written (mode 0600) into the addon's directory before it
+	// starts: base name -> content.
+	Files map[string][]byte
+	// Args are its arguments; AddonDirVar in them stands for the directory
+	// holding Files.
+	Args []string
+	// HealthURL is polled (GET, 2xx is healthy) to tell that the process
+	// serves; empty means it serves once started.
+	HealthURL string
+	// HealthCA verifies HealthURL's serving certificate (PEM), and
+	// HealthServerName is the name it must hold.
+	HealthCA         []byte
+	HealthServerName string
 }
 
 // Ready reports whether every component is ready.
@@ -110,6 +152,13 @@ type Runtime interface {
 	Stop(ctx context.Context, key string) error
 	// Delete stops the components of key and removes their data. Idempotent.
 	Delete(ctx context.Context, key string) error
+	// EnsureAddons makes the addon processes of key be exactly addons: it
+	// starts those that do not run, restarts those whose Binary, Files or
+	// Args changed, and stops and removes the others; it returns without
+	// waiting for them to serve (Status reports them). Call it after Ensure
+	// for the same key; Stop and Delete stop the addons with the control
+	// plane, and a later Ensure does not start them again. Idempotent.
+	EnsureAddons(ctx context.Context, key string, addons []Addon) (Status, error)
 }
 
 // APIServerIPs returns the addresses the API server's certificate must cover

@@ -201,6 +201,7 @@ func Run(ctx context.Context, opts Options) error {
 		Recorder:    mgr.GetEventRecorder("fke-cluster"),
 		Versioner:   ServerVersion,
 		Addons:      tenantAddons,
+		Managed:     []addons.Managed{addons.MetricsServer{}},
 		Tenants:     tenants,
 		Providers:   providers,
 		Approvers:   approvers,

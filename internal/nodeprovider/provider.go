@@ -33,6 +33,12 @@ type Cluster struct {
 	// cluster cannot take real nodes. Providers that register Nodes
 	// themselves (kwok, fake) ignore it.
 	Join *Join
+	// LoopbackKubeletCert returns a serving certificate and key (PEM)
+	// signed by the cluster CA for 127.0.0.1, for a provider that serves
+	// the kubelet API of simulated nodes on loopback (kwok), so that
+	// clients checking kubelets against the cluster CA (metrics-server)
+	// accept it. Nil: such a provider serves a self-signed certificate.
+	LoopbackKubeletCert func(ctx context.Context) (certPEM, keyPEM []byte, err error)
 }
 
 // Join is what a real node needs to join a cluster, as kubeadm's join

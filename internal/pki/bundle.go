@@ -37,6 +37,16 @@ const (
 	Scheduler           = "scheduler"
 	// Manager is the client fke's own controllers use to talk to the tenant.
 	Manager = "manager"
+	// MetricsServer is metrics-server's serving certificate, for the name
+	// the aggregator checks (MetricsServerServiceName).
+	MetricsServer = "metrics-server"
+	// MetricsServerClient is metrics-server's client certificate, for the
+	// API server and the kubelets it scrapes.
+	MetricsServerClient = "metrics-server-client"
+	// LoopbackKubelet is the serving certificate of a kubelet API served on
+	// loopback for simulated nodes (kwok's), so that metrics-server, which
+	// checks kubelets against the cluster CA, accepts it.
+	LoopbackKubelet = "loopback-kubelet"
 )
 
 // File names in a Bundle.
@@ -67,6 +77,10 @@ const (
 	SchedulerKeyFile               = Scheduler + ".key"
 	ManagerCertFile                = Manager + ".crt"
 	ManagerKeyFile                 = Manager + ".key"
+	MetricsServerCertFile          = MetricsServer + ".crt"
+	MetricsServerKeyFile           = MetricsServer + ".key"
+	MetricsServerClientCertFile    = MetricsServerClient + ".crt"
+	MetricsServerClientKeyFile     = MetricsServerClient + ".key"
 	// SAKeyFile is the service-account signing key (PKCS#8 PEM).
 	SAKeyFile = "sa.key"
 	// SAPubFile is the service-account public key (PKIX PEM).
@@ -83,6 +97,11 @@ const (
 	ControllerManagerUser = "system:kube-controller-manager"
 	SchedulerUser         = "system:kube-scheduler"
 	ManagerUser           = "fke-manager"
+	// MetricsServerUser is the user metrics-server acts as.
+	MetricsServerUser = "fke:metrics-server"
+	// MetricsServerServiceName is the DNS name under which the tenant's
+	// aggregator reaches metrics-server: <Service>.<namespace>.svc.
+	MetricsServerServiceName = "metrics-server.kube-system.svc"
 	// EtcdPeerCommonName is the subject of the etcd peer certificate, the
 	// only one etcd's peer port accepts (--peer-cert-allowed-cn).
 	EtcdPeerCommonName = "etcd-peer"
@@ -160,6 +179,13 @@ var leaves = []leaf{
 	{Scheduler, CA, client(SchedulerUser)},
 	{Manager, CA, client(ManagerUser, MastersGroup)},
 	{FrontProxyClient, FrontProxyCA, client("front-proxy-client")},
+	{MetricsServer, CA, func(ControlPlaneSpec) CertSpec {
+		return CertSpec{CommonName: MetricsServerServiceName, DNSNames: []string{MetricsServerServiceName}, Usages: UsageServer}
+	}},
+	{MetricsServerClient, CA, client(MetricsServerUser)},
+	{LoopbackKubelet, CA, func(ControlPlaneSpec) CertSpec {
+		return CertSpec{CommonName: "loopback-kubelet", DNSNames: []string{"localhost"}, IPs: []net.IP{net.IPv4(127, 0, 0, 1)}, Usages: UsageServer}
+	}},
 	{EtcdServer, EtcdCA, func(s ControlPlaneSpec) CertSpec {
 		return CertSpec{
 			CommonName: "etcd-server",

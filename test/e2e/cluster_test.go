@@ -128,13 +128,13 @@ func TestClusterLifecycle(t *testing.T) {
 	beta := getCluster(t, e, "beta")
 	e.MustRun("cluster", "delete", "beta", "--wait")
 	p := beta.Status.Ports
-	for _, port := range []int32{p.APIServer, p.EtcdClient, p.EtcdPeer, p.ControllerManager, p.Scheduler} {
+	for _, port := range []int32{p.APIServer, p.EtcdClient, p.EtcdPeer, p.ControllerManager, p.Scheduler, p.MetricsServer} {
 		if left := testenv.FindProcs(e.DataDir, "="+strconv.Itoa(int(port))); len(left) > 0 {
 			t.Errorf("process still uses beta's port %d: %v", port, left)
 		}
 	}
 	testenv.Eventually(t, 10*time.Second, "beta's ports free", func() error {
-		for _, port := range []int32{p.APIServer, p.EtcdClient, p.EtcdPeer, p.ControllerManager, p.Scheduler} {
+		for _, port := range []int32{p.APIServer, p.EtcdClient, p.EtcdPeer, p.ControllerManager, p.Scheduler, p.MetricsServer} {
 			l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(int(port)))
 			if err != nil {
 				return err

@@ -67,6 +67,10 @@ func TestAPIRejectsBadObjects(t *testing.T) {
 		{"service CIDR too large", cluster("s", func(c *fkev1.Cluster) { c.Spec.Network.ServiceCIDR = "10.0.0.0/8" }), "prefix of /12 or longer"},
 		{"unknown runtime", cluster("r", func(c *fkev1.Cluster) { c.Spec.Runtime = "docker" }), `Unsupported value: "docker"`},
 		{"sharing replicas without sharing", cluster("g", func(c *fkev1.Cluster) { c.Spec.Addons.GPUAgent.Replicas = ptr.To[int32](4) }), "replicas > 1 needs sharing"},
+		{"GPU metrics addon not available yet", cluster("gm", func(c *fkev1.Cluster) { c.Spec.Addons.GPUMetrics.Enabled = true }),
+			"the GPU metrics addon is not available yet in this fke"},
+		{"VPA addon not available yet", cluster("vpa", func(c *fkev1.Cluster) { c.Spec.Addons.VerticalPodAutoscaler.Enabled = true }),
+			"the VerticalPodAutoscaler addon is not available yet in this fke"},
 		{"min greater than max", pool(func(p *fkev1.NodePool) {
 			p.Spec.Replicas = nil
 			p.Spec.Autoscaling = &fkev1.NodePoolAutoscaling{MinSize: 3, MaxSize: 1}

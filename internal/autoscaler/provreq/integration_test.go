@@ -36,14 +36,18 @@ func TestProvisioningRequests(t *testing.T) {
 	e := testenv.Up(t)
 	ctx := context.Background()
 	e.MustRun("cluster", "create", "demo", "--nodepool", "name=gpu,type=gpu-h100x8,min=0,max=3,unneeded=2s", "--wait")
-	// The manager installed the API when the cluster became ready.
-	cl := &fkev1.Cluster{}
-	if err := e.Client().Get(ctx, client.ObjectKey{Namespace: "default", Name: "demo"}, cl); err != nil {
-		t.Fatal(err)
-	}
-	if !meta.IsStatusConditionTrue(cl.Status.Conditions, fkev1.ConditionAddonsReady) {
-		t.Fatalf("cluster conditions %+v: want AddonsReady", cl.Status.Conditions)
-	}
+	// The manager installed the API when the cluster became ready (and
+	// its other addons, metrics-server, a moment later).
+	testenv.Eventually(t, 30*time.Second, "AddonsReady", func() error {
+		cl := &fkev1.Cluster{}
+		if err := e.Client().Get(ctx, client.ObjectKey{Namespace: "default", Name: "demo"}, cl); err != nil {
+			return err
+		}
+		if !meta.IsStatusConditionTrue(cl.Status.Conditions, fkev1.ConditionAddonsReady) {
+			return fmt.Errorf("cluster conditions %+v", cl.Status.Conditions)
+		}
+		return nil
+	})
 	start := time.Now()
 	if err := addons.EnsureProvisioningRequestAPI(ctx, e.TenantConfig("demo")); err != nil {
 		t.Fatalf("second install: %v", err)

@@ -26,6 +26,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	fkev1 "fke.dev/fke/api/v1alpha1"
+	"fke.dev/fke/internal/addons"
 	"fke.dev/fke/internal/backup"
 	"fke.dev/fke/internal/bootstrap"
 	"fke.dev/fke/internal/controlplane"
@@ -43,6 +44,8 @@ const SupportedVersion = versions.Default
 const (
 	requeueStarting = 200 * time.Millisecond
 	requeueReady    = 10 * time.Second
+	// requeueAddons: while an addon starts or is being removed.
+	requeueAddons = time.Second
 )
 
 // Reconciler reconciles Cluster objects.
@@ -56,6 +59,9 @@ type Reconciler struct {
 	// ProvisioningRequest API); nil skips it. It must be idempotent and cheap
 	// when everything is in place.
 	Addons func(ctx context.Context, cfg *rest.Config) error
+	// Managed are the addons clusters turn on and off in spec.addons (see
+	// addons.Managed); none when empty.
+	Managed []addons.Managed
 	// Tenants is disconnected from a deleted cluster; nil skips it.
 	Tenants *tenant.Registry
 	// Providers release what they run for a deleted cluster (kwok processes).
@@ -79,6 +85,7 @@ type Reconciler struct {
 	portsMu sync.Mutex // serialises port allocation across clusters
 	cidrMu  sync.Mutex // serialises pod-range picks across clusters
 	picked  map[string]netip.Prefix
+	base    sync.Map // cluster key -> true once the base addons are installed
 }
 
 // SetupWithManager registers the controller.
@@ -188,13 +195,14 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.
 		log.Info("control plane ready", "cluster", req.String(), "endpoint", st.Endpoint)
 		r.Recorder.Eventf(cl, nil, corev1.EventTypeNormal, "ControlPlaneReady", "Start", "control plane ready at %s", st.Endpoint)
 	}
-	if r.Addons != nil && (!wasReady || !meta.IsStatusConditionTrue(cl.Status.Conditions, fkev1.ConditionAddonsReady)) {
-		cfg, err := clientcmd.RESTConfigFromKubeConfig(kubeconfig)
-		if err == nil {
-			err = r.Addons(ctx, cfg)
-		}
-		if err != nil {
-			setAddons(cl, metav1.ConditionFalse, "InstallFailed", err.Error())
+	tenantCfg, err := clientcmd.RESTConfigFromKubeConfig(kubeconfig)
+	if err != nil {
+		setUnknown(cl, err)
+		return ctrl.Result{}, fmt.Errorf("kubeconfig of %s: %w", req, err)
+	}
+	if r.Addons != nil && (!wasReady || !r.baseInstalled(req.String())) {
+		if err := r.Addons(ctx, tenantCfg); err != nil {
+			meta.SetStatusCondition(&cl.Status.Conditions, addonsCondition(err, cl.Status.Addons, cl.Generation))
 			meta.SetStatusCondition(&cl.Status.Conditions, metav1.Condition{
 				Type: fkev1.ConditionReady, Status: metav1.ConditionFalse, Reason: fkev1.ReasonAddonsNotReady,
 				Message: "installing addons failed: " + err.Error(), ObservedGeneration: cl.Generation,
@@ -202,7 +210,11 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.
 			r.Recorder.Eventf(cl, nil, corev1.EventTypeWarning, "AddonsFailed", "Install", "installing addons: %v", err)
 			return ctrl.Result{RequeueAfter: 5 * time.Second}, nil
 		}
-		setAddons(cl, metav1.ConditionTrue, fkev1.ReasonReady, "ProvisioningRequest API and node bootstrap RBAC installed")
+		r.base.Store(req.String(), true)
+	}
+	requeue := requeueReady
+	if r.reconcileAddons(ctx, cl, req.String(), st.Endpoint, bundle, tenantCfg, nil) {
+		requeue = requeueAddons
 	}
 	if r.Approvers != nil && !r.Approvers.Running(req.String()) {
 		if err := r.startApprover(req.String(), kubeconfig); err != nil {
@@ -218,7 +230,14 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.
 		}
 		cl.Status.Version = v
 	}
-	return ctrl.Result{RequeueAfter: requeueReady}, nil
+	return ctrl.Result{RequeueAfter: requeue}, nil
+}
+
+// baseInstalled reports whether the addons every cluster gets were
+// installed into the running control plane of key.
+func (r *Reconciler) baseInstalled(key string) bool {
+	_, ok := r.base.Load(key)
+	return ok
 }
 
 // finalize removes the cluster's node pools, stops the control plane, removes
@@ -245,6 +264,7 @@ func (r *Reconciler) finalize(ctx context.Context, cl *fkev1.Cluster) (waiting b
 	if r.Approvers != nil {
 		r.Approvers.Stop(key)
 	}
+	r.base.Delete(key)
 	r.cidrMu.Lock()
 	delete(r.picked, key)
 	r.cidrMu.Unlock()

@@ -58,3 +58,34 @@ func testScheme(t *testing.T) *runtime.Scheme {
 	}
 	return s
 }
+
+// TestEnsurePortsAddsNewPorts: a cluster made before metrics-server had a
+// port gets one, and its other ports stay.
+func TestEnsurePortsAddsNewPorts(t *testing.T) {
+	ctx := context.Background()
+	old := &fkev1.Cluster{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "old"},
+		Status: fkev1.ClusterStatus{Ports: fkev1.ClusterPorts{APIServer: 1, EtcdClient: 2, EtcdPeer: 3, ControllerManager: 4, Scheduler: 5}}}
+	c := fake.NewClientBuilder().WithScheme(testScheme(t)).WithObjects(old).WithStatusSubresource(old).Build()
+	r := &Reconciler{Client: c, Recorder: events.NewFakeRecorder(10)}
+	if err := r.ensurePorts(ctx, old); err != nil {
+		t.Fatal(err)
+	}
+	p := old.Status.Ports
+	if p.APIServer != 1 || p.EtcdClient != 2 || p.EtcdPeer != 3 || p.ControllerManager != 4 || p.Scheduler != 5 {
+		t.Errorf("existing ports changed: %+v", p)
+	}
+	if p.MetricsServer <= 5 {
+		t.Errorf("metrics-server port %d, want a free port", p.MetricsServer)
+	}
+	stored := &fkev1.Cluster{}
+	if err := c.Get(ctx, client.ObjectKeyFromObject(old), stored); err != nil {
+		t.Fatal(err)
+	}
+	if stored.Status.Ports != p {
+		t.Errorf("stored ports %+v, want %+v", stored.Status.Ports, p)
+	}
+	// Once all are set, nothing changes.
+	if err := r.ensurePorts(ctx, old); err != nil || old.Status.Ports != p {
+		t.Errorf("second ensurePorts: %v, ports %+v", err, old.Status.Ports)
+	}
+}

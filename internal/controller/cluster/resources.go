@@ -38,10 +38,24 @@ func portsFromStatus(p fkev1.ClusterPorts) controlplane.Ports {
 	}
 }
 
+// portFields lists the loopback ports of a cluster, in allocation order.
+func portFields(p *fkev1.ClusterPorts) []*int32 {
+	return []*int32{&p.APIServer, &p.EtcdClient, &p.EtcdPeer, &p.ControllerManager, &p.Scheduler, &p.MetricsServer}
+}
+
 // ensurePorts allocates the cluster's loopback ports once and persists them in
 // status right away, so a restarted manager reuses them (same endpoint).
+// Ports added by a later fke (metrics-server's) are allocated for existing
+// clusters the same way, leaving the others as they are.
 func (r *Reconciler) ensurePorts(ctx context.Context, cl *fkev1.Cluster) error {
-	if cl.Status.Ports.APIServer != 0 {
+	var missing []*int32
+	want := cl.Status.Ports
+	for _, f := range portFields(&want) {
+		if *f == 0 {
+			missing = append(missing, f)
+		}
+	}
+	if len(missing) == 0 {
 		return nil
 	}
 	r.portsMu.Lock()
@@ -52,31 +66,35 @@ func (r *Reconciler) ensurePorts(ctx context.Context, cl *fkev1.Cluster) error {
 	}
 	taken := map[int32]bool{}
 	for _, c := range all.Items {
-		p := c.Status.Ports
-		for _, port := range []int32{p.APIServer, p.EtcdClient, p.EtcdPeer, p.ControllerManager, p.Scheduler} {
-			taken[port] = true
+		for _, port := range portFields(&c.Status.Ports) {
+			taken[*port] = true
 		}
 	}
+	for _, port := range portFields(&want) {
+		taken[*port] = true
+	}
 	var ports []int32
-	for attempt := 0; len(ports) < 5 && attempt < 20; attempt++ {
-		free, err := supervisor.FreePorts(5)
+	n := len(missing)
+	for attempt := 0; len(ports) < n && attempt < 20; attempt++ {
+		free, err := supervisor.FreePorts(n)
 		if err != nil {
 			return fmt.Errorf("finding free ports: %w", err)
 		}
 		for _, p := range free {
-			if !taken[int32(p)] && len(ports) < 5 {
+			if !taken[int32(p)] && len(ports) < n {
 				taken[int32(p)] = true
 				ports = append(ports, int32(p))
 			}
 		}
 	}
-	if len(ports) < 5 {
-		return fmt.Errorf("could not find 5 free loopback ports")
+	if len(ports) < n {
+		return fmt.Errorf("could not find %d free loopback ports", n)
+	}
+	for i, f := range missing {
+		*f = ports[i]
 	}
 	before := cl.DeepCopy()
-	cl.Status.Ports = fkev1.ClusterPorts{
-		APIServer: ports[0], EtcdClient: ports[1], EtcdPeer: ports[2], ControllerManager: ports[3], Scheduler: ports[4],
-	}
+	cl.Status.Ports = want
 	if err := r.Client.Status().Patch(ctx, cl, client.MergeFrom(before)); err != nil {
 		return fmt.Errorf("recording ports: %w", err)
 	}

@@ -83,9 +83,3 @@ func setUnknown(cl *fkev1.Cluster, err error) {
 func equalStatus(a, b fkev1.ClusterStatus) bool {
 	return reflect.DeepEqual(a, b)
 }
-
-func setAddons(cl *fkev1.Cluster, s metav1.ConditionStatus, reason, msg string) {
-	meta.SetStatusCondition(&cl.Status.Conditions, metav1.Condition{
-		Type: fkev1.ConditionAddonsReady, Status: s, Reason: reason, Message: msg, ObservedGeneration: cl.Generation,
-	})
-}

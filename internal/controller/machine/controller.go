@@ -303,6 +303,18 @@ func ProviderCluster(cl *fkev1.Cluster, t *tenant.Tenant) nodeprovider.Cluster {
 // signed by the CA from the cluster's PKI Secret.
 func (r *Reconciler) providerCluster(cl *fkev1.Cluster, t *tenant.Tenant) nodeprovider.Cluster {
 	pc := ProviderCluster(cl, t)
+	pc.LoopbackKubeletCert = func(ctx context.Context) ([]byte, []byte, error) {
+		s := &corev1.Secret{}
+		if err := r.Client.Get(ctx, client.ObjectKey{Namespace: cl.Namespace, Name: clusterctrl.PKISecretName(cl.Name)}, s); err != nil {
+			return nil, nil, err
+		}
+		b := pki.Bundle(s.Data)
+		cert, key := b[pki.CertFile(pki.LoopbackKubelet)], b[pki.KeyFile(pki.LoopbackKubelet)]
+		if len(cert) == 0 || len(key) == 0 {
+			return nil, nil, fmt.Errorf("secret %s has no %s certificate yet", s.Name, pki.LoopbackKubelet)
+		}
+		return cert, key, nil
+	}
 	if t.Config == nil || len(t.Config.CAData) == 0 {
 		return pc
 	}

@@ -37,6 +37,8 @@ type Runtime struct {
 
 	mu      sync.Mutex
 	running map[string]controlplane.Spec // by key
+	// addons are the addon processes started by EnsureAddons, by key and name.
+	addons map[string]map[string]*controlplane.Addon
 }
 
 var _ controlplane.Runtime = (*Runtime)(nil)
@@ -55,6 +57,7 @@ func New(dir string, finder binaries.Finder, log *slog.Logger) (*Runtime, error)
 		group:   supervisor.NewGroup(log),
 		log:     log,
 		running: map[string]controlplane.Spec{},
+		addons:  map[string]map[string]*controlplane.Addon{},
 	}, nil
 }
 
@@ -198,6 +201,7 @@ func (r *Runtime) statusLocked(key string) controlplane.Status {
 		}
 		st.Components = append(st.Components, cs)
 	}
+	st.Addons = r.addonStatusLocked(key)
 	return st
 }
 
@@ -224,6 +228,10 @@ func (r *Runtime) Stop(ctx context.Context, key string) error {
 
 func (r *Runtime) stopLocked(ctx context.Context, key string) error {
 	var errs []error
+	// Addons first: they are clients of the API server.
+	if err := r.stopAddonsLocked(ctx, key); err != nil {
+		errs = append(errs, err)
+	}
 	// Reverse order: clients before the API server, the API server before etcd.
 	for i := len(controlplane.Components) - 1; i >= 0; i-- {
 		name := processName(key, controlplane.Components[i])

@@ -18,7 +18,7 @@ import (
 func newTestRuntime(t *testing.T) *Runtime {
 	t.Helper()
 	log := slog.New(slog.DiscardHandler)
-	return &Runtime{dir: t.TempDir(), bins: map[string]string{}, group: supervisor.NewGroup(log), log: log, running: map[string]controlplane.Spec{}}
+	return &Runtime{dir: t.TempDir(), bins: map[string]string{}, group: supervisor.NewGroup(log), log: log, running: map[string]controlplane.Spec{}, addons: map[string]map[string]*controlplane.Addon{}}
 }
 
 // TestDeleteRemovesEmptyNamespaceDir: a namespace's data directory goes with

@@ -11,6 +11,8 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+	metricsresource "sigs.k8s.io/kwok/kustomize/metrics/resource"
+	metricsusage "sigs.k8s.io/kwok/kustomize/metrics/usage"
 	nodefast "sigs.k8s.io/kwok/kustomize/stage/node/fast"
 	nodeheartbeat "sigs.k8s.io/kwok/kustomize/stage/node/heartbeat-with-lease"
 	podfast "sigs.k8s.io/kwok/kustomize/stage/pod/fast"
@@ -97,6 +99,41 @@ spec:
   next:
     delete: true
 `
+
+// Simulated resource use. kwok serves each node's kubelet resource
+// metrics (/metrics/resource, what metrics-server scrapes) at
+// /metrics/nodes/<node>/metrics/resource of its server, computed from
+// kwok's own Metric and ClusterResourceUsage objects: a container uses
+// the CPU and memory its pod's annotations say (AnnotationUsageCPU,
+// AnnotationUsageMemory; 1m and 1Mi without them), and its CPU time grows
+// at that rate. Both annotations are kwok's own.
+const (
+	AnnotationUsageCPU    = "kwok.x-k8s.io/usage-cpu"
+	AnnotationUsageMemory = "kwok.x-k8s.io/usage-memory"
+	// AnnotationResourceMetricsPath on a Node tells metrics-server where
+	// the node's resource metrics are (metrics-server's own annotation).
+	AnnotationResourceMetricsPath = "metrics.k8s.io/resource-metrics-path"
+)
+
+// ResourceMetricsPath is where kwok serves the resource metrics of node.
+func ResourceMetricsPath(node string) string { return "/metrics/nodes/" + node + "/metrics/resource" }
+
+// Container start times in kwok's default resource Metric are seconds
+// since the pod started, not since the epoch as the kubelet reports them:
+// metrics-server then takes every scrape for a restarted container and
+// serves a pod's metrics only after about a minute. fke reports the pod's
+// creation as the start, which does not move.
+const (
+	kwokStartTime  = `value: 'pod.SinceSecond()'`
+	fixedStartTime = `value: 'UnixSecond(pod.metadata.creationTimestamp)'`
+)
+
+// usageObjects returns kwok's Metric (the kubelet's resource metrics) and
+// ClusterResourceUsage (use from pod annotations) objects.
+func usageObjects() []string {
+	metric := strings.Replace(metricsresource.DefaultMetricsResource, kwokStartTime, fixedStartTime, 1)
+	return []string{metric, metricsusage.DefaultUsageFromAnnotation}
+}
 
 // nodeNotReadyStage turns a Ready node annotated AnnotationSimulateNotReady
 // NotReady; the node stages below leave such a node alone until the
@@ -209,21 +246,29 @@ func renderConfig(podCIDR, nodeIP string) ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("rendering kwok configuration: %w", err)
 	}
-	for _, s := range all {
+	for _, s := range append(all, usageObjects()...) {
 		docs = append(docs, strings.TrimSpace(s))
 	}
 	return []byte(strings.Join(docs, "\n---\n") + "\n"), nil
 }
 
-// args returns kwok's command line.
-func args(kubeconfigPath, configPath string, serverPort int) []string {
-	return []string{
+// args returns kwok's command line. Nodes advertise serverPort as their
+// kubelet port, where kwok serves their kubelet API (HTTP and HTTPS on one
+// port); with certFile and keyFile its HTTPS uses that certificate rather
+// than a self-signed one.
+func args(kubeconfigPath, configPath string, serverPort int, certFile, keyFile string) []string {
+	out := []string{
 		"--kubeconfig=" + kubeconfigPath,
 		"--config=" + configPath,
 		"--manage-all-nodes=false",
 		"--manage-nodes-with-annotation-selector=" + AnnotationNode + "=" + AnnotationNodeValue,
 		"--server-address=127.0.0.1:" + strconv.Itoa(serverPort),
+		"--node-port=" + strconv.Itoa(serverPort),
 	}
+	if certFile != "" && keyFile != "" {
+		out = append(out, "--tls-cert-file="+certFile, "--tls-private-key-file="+keyFile)
+	}
+	return out
 }
 
 // kubeconfigFor renders cfg (a tenant's admin rest.Config) as a kubeconfig.

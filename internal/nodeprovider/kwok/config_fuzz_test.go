@@ -22,7 +22,7 @@ func FuzzRenderConfig(f *testing.F) {
 	if err != nil {
 		f.Fatal(err)
 	}
-	want := len(all)
+	want := len(all) + len(usageObjects())
 	f.Fuzz(func(t *testing.T, podCIDR, nodeIP string) {
 		data, err := renderConfig(podCIDR, nodeIP)
 		if err != nil {

@@ -70,9 +70,30 @@ func TestRenderConfig(t *testing.T) {
 			}
 
 			var stages []string
+			kinds := map[string]int{}
 			for _, obj := range objs[1:] {
-				if obj["apiVersion"] != "kwok.x-k8s.io/v1alpha1" || obj["kind"] != "Stage" {
-					t.Errorf("document %v %v, want a kwok Stage", obj["apiVersion"], obj["kind"])
+				kind, _ := obj["kind"].(string)
+				kinds[kind]++
+				if obj["apiVersion"] != "kwok.x-k8s.io/v1alpha1" || (kind != "Stage" && kind != "Metric" && kind != "ClusterResourceUsage") {
+					t.Errorf("document %v %v, want a kwok Stage, Metric or ClusterResourceUsage", obj["apiVersion"], obj["kind"])
+				}
+				if kind == "Metric" {
+					// The kubelet's resource metrics, where nodes say they are.
+					spec, _ := obj["spec"].(map[string]any)
+					if spec["path"] != "/metrics/nodes/{nodeName}/metrics/resource" || ResourceMetricsPath("n1") != "/metrics/nodes/n1/metrics/resource" {
+						t.Errorf("metric path %v, nodes point at %s", spec["path"], ResourceMetricsPath("n1"))
+					}
+					// Container start times since the epoch, as a kubelet's.
+					if text := fmt.Sprint(spec["metrics"]); !strings.Contains(text, "UnixSecond(pod.metadata.creationTimestamp)") || strings.Contains(text, "SinceSecond") {
+						t.Errorf("container start time is not an epoch time: %s", text)
+					}
+					continue
+				}
+				if kind == "ClusterResourceUsage" {
+					if text := fmt.Sprint(obj["spec"]); !strings.Contains(text, AnnotationUsageCPU) || !strings.Contains(text, AnnotationUsageMemory) {
+						t.Errorf("usage does not read the pod annotations: %s", text)
+					}
+					continue
 				}
 				meta, _ := obj["metadata"].(map[string]any)
 				name, _ := meta["name"].(string)
@@ -88,6 +109,9 @@ func TestRenderConfig(t *testing.T) {
 					}
 				}
 			}
+			if kinds["Metric"] != 1 || kinds["ClusterResourceUsage"] != 1 {
+				t.Errorf("kinds %v, want one Metric and one ClusterResourceUsage", kinds)
+			}
 			for _, want := range []string{"node-initialize", "node-heartbeat-with-lease", "pod-ready", "pod-complete", "pod-delete"} {
 				if !slices.Contains(stages, want) {
 					t.Errorf("stages %v lack %s", stages, want)
@@ -98,16 +122,24 @@ func TestRenderConfig(t *testing.T) {
 }
 
 func TestArgs(t *testing.T) {
-	got := args("/d/kubeconfig", "/d/kwok.yaml", 4321)
+	got := args("/d/kubeconfig", "/d/kwok.yaml", 4321, "/d/serving.crt", "/d/serving.key")
 	for _, want := range []string{
 		"--kubeconfig=/d/kubeconfig",
 		"--config=/d/kwok.yaml",
 		"--manage-all-nodes=false",
 		"--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake",
 		"--server-address=127.0.0.1:4321",
+		"--node-port=4321",
+		"--tls-cert-file=/d/serving.crt",
+		"--tls-private-key-file=/d/serving.key",
 	} {
 		if !slices.Contains(got, want) {
 			t.Errorf("args %q lack %q", got, want)
+		}
+	}
+	for _, a := range args("/d/kubeconfig", "/d/kwok.yaml", 4321, "", "") {
+		if strings.HasPrefix(a, "--tls-") {
+			t.Errorf("without a certificate: %s", a)
 		}
 	}
 }

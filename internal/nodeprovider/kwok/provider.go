@@ -395,12 +395,13 @@ func (p *Provider) startLocked(ctx context.Context, st *clusterState, cluster no
 		// kwok still takes the leases, once they expire.
 		p.log.Warn("deleting node leases failed", "cluster", st.key, "error", err)
 	}
+	certFile, keyFile := p.writeServingCert(ctx, st, cluster)
 	addr := fmt.Sprintf("127.0.0.1:%d", ports[0])
 	logPath := filepath.Join(st.dir, "kwok.log")
 	proc, err := p.procs.Start(ctx, supervisor.Spec{
 		Name:          st.procName,
 		Path:          path,
-		Args:          args(kubeconfigPath, configPath, ports[0]),
+		Args:          args(kubeconfigPath, configPath, ports[0], certFile, keyFile),
 		LogPath:       logPath,
 		Ready:         supervisor.WaitHTTPReady("http://"+addr+"/healthz", nil),
 		GracePeriod:   stopGracePeriod,
@@ -422,6 +423,27 @@ func (p *Provider) startLocked(ctx context.Context, st *clusterState, cluster no
 	st.proc = proc
 	p.log.Info("kwok started", "cluster", st.key, "pid", proc.Pid(), "address", addr, "log", logPath)
 	return nil
+}
+
+// writeServingCert writes the cluster's loopback kubelet certificate for
+// kwok's server and returns its files; none (kwok's self-signed one) when
+// the cluster has none to give.
+func (p *Provider) writeServingCert(ctx context.Context, st *clusterState, cluster nodeprovider.Cluster) (certFile, keyFile string) {
+	if cluster.LoopbackKubeletCert == nil {
+		return "", ""
+	}
+	cert, key, err := cluster.LoopbackKubeletCert(ctx)
+	if err == nil {
+		certFile, keyFile = filepath.Join(st.dir, "serving.crt"), filepath.Join(st.dir, "serving.key")
+		if err = os.WriteFile(certFile, cert, 0o600); err == nil {
+			err = os.WriteFile(keyFile, key, 0o600)
+		}
+	}
+	if err != nil {
+		p.log.Warn("kwok serves a self-signed certificate: metrics-server cannot scrape its nodes", "cluster", st.key, "error", err)
+		return "", ""
+	}
+	return certFile, keyFile
 }
 
 // clusterDir returns DataDir/<namespace>/<name>/kwok of the cluster with key.
@@ -464,6 +486,7 @@ func nodeFor(cluster nodeprovider.Cluster, spec nodeprovider.NodeSpec) *corev1.N
 	}
 	node.Annotations[AnnotationNode] = AnnotationNodeValue
 	node.Annotations[AnnotationMachine] = spec.MachineName
+	node.Annotations[AnnotationResourceMetricsPath] = ResourceMetricsPath(node.Name)
 	node.Spec.ProviderID = ProviderID(cluster.Name, node.Name)
 	return node
 }

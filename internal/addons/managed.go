@@ -1,0 +1,38 @@
+package addons
+
+import (
+	"context"
+
+	"k8s.io/client-go/rest"
+
+	fkev1 "fke.dev/fke/api/v1alpha1"
+	"fke.dev/fke/internal/controlplane"
+	"fke.dev/fke/internal/pki"
+)
+
+// Managed is an addon a Cluster turns on or off in spec.addons and fke runs
+// for it: a process beside the control plane (see controlplane.Addon) and
+// the objects in the tenant cluster that make its API server use it. The
+// cluster controller calls Process, Install and Serving on every pass while
+// the addon is enabled, and Remove until it succeeds once it is disabled.
+type Managed interface {
+	// Name is the addon's name in status.addons, e.g. metrics-server.
+	Name() string
+	// Version is the upstream version fke runs.
+	Version() string
+	// Enabled reports whether cl asks for the addon.
+	Enabled(cl *fkev1.Cluster) bool
+	// Process returns the process to run beside cl's control plane, whose
+	// API server is at endpoint (loopback) and whose PKI is b. It fails
+	// when cl lacks what the process needs (a port, a certificate). Pure.
+	Process(cl *fkev1.Cluster, endpoint string, b pki.Bundle) (controlplane.Addon, error)
+	// Install creates or repairs the addon's objects in the tenant at cfg.
+	// Idempotent; cheap when everything is in place.
+	Install(ctx context.Context, cfg *rest.Config, cl *fkev1.Cluster, b pki.Bundle) error
+	// Serving reports whether the tenant's API server reaches the addon,
+	// and if not, why (a message for status).
+	Serving(ctx context.Context, cfg *rest.Config) (ok bool, why string, err error)
+	// Remove deletes the addon's objects from the tenant at cfg.
+	// Idempotent: objects already gone are no error.
+	Remove(ctx context.Context, cfg *rest.Config) error
+}
