@@ -18,7 +18,6 @@ import (
 
 	fkev1 "fke.dev/fke/api/v1alpha1"
 	"fke.dev/fke/internal/nodeprovider/kwok"
-	"fke.dev/fke/internal/nodeutil"
 	"fke.dev/fke/test/testenv"
 )
 
@@ -104,7 +103,7 @@ func BenchmarkNodeRepairKwok(b *testing.B) {
 	cs := e.Tenant("fix")
 	var took []time.Duration
 	for i := 0; i < b.N; i++ {
-		nodes := benchReady(b, cs, 10)
+		nodes := testenv.WaitReadyNodes(b, cs, 10)
 		dead := nodes[0]
 		body, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{kwok.AnnotationSimulateNotReady: "true"}}})
 		start := time.Now()
@@ -112,7 +111,7 @@ func BenchmarkNodeRepairKwok(b *testing.B) {
 			b.Fatal(err)
 		}
 		testenv.Eventually(b, 3*time.Minute, "replaced", func() error {
-			now := benchReadyNames(b, cs)
+			now := testenv.ReadyNodes(b, cs)
 			if slices.Contains(now, dead) || len(now) != 10 {
 				return fmt.Errorf("%d Ready", len(now))
 			}
@@ -125,30 +124,4 @@ func BenchmarkNodeRepairKwok(b *testing.B) {
 	b.ReportMetric(med.Seconds(), "s-notready-to-replaced")
 	b.ReportMetric((med - timeout).Seconds(), "s-beyond-timeout")
 	b.Logf("NotReady -> replacement Ready with a %s timeout: %v", timeout, took)
-}
-
-func benchReadyNames(b *testing.B, cs kubernetes.Interface) []string {
-	list, err := cs.CoreV1().Nodes().List(context.Background(), metav1.ListOptions{})
-	if err != nil {
-		b.Fatal(err)
-	}
-	var out []string
-	for i := range list.Items {
-		if nodeutil.NodeReady(&list.Items[i]) {
-			out = append(out, list.Items[i].Name)
-		}
-	}
-	return out
-}
-
-func benchReady(b *testing.B, cs kubernetes.Interface, n int) []string {
-	var names []string
-	testenv.Eventually(b, 2*time.Minute, "Ready nodes", func() error {
-		names = benchReadyNames(b, cs)
-		if len(names) != n {
-			return fmt.Errorf("%d Ready", len(names))
-		}
-		return nil
-	})
-	return names
 }

@@ -18,7 +18,6 @@ import (
 
 	fkev1 "fke.dev/fke/api/v1alpha1"
 	"fke.dev/fke/internal/nodeprovider/kwok"
-	"fke.dev/fke/internal/nodeutil"
 	"fke.dev/fke/test/testenv"
 )
 
@@ -40,14 +39,14 @@ func TestNodeRepair(t *testing.T) {
 		t.Fatal(err)
 	}
 	cs := e.Tenant("fix")
-	nodes := readyNodes(t, cs, 4)
+	nodes := testenv.WaitReadyNodes(t, cs, 4)
 
 	t.Run("a NotReady node is replaced", func(t *testing.T) {
 		dead := nodes[0]
 		start := time.Now()
 		stopKubelet(t, cs, dead)
 		testenv.Eventually(t, 3*time.Minute, "the dead node replaced", func() error {
-			now := readyNames(t, cs)
+			now := testenv.ReadyNodes(t, cs)
 			if slices.Contains(now, dead) || len(now) != 4 {
 				return fmt.Errorf("Ready nodes %v", now)
 			}
@@ -57,7 +56,7 @@ func TestNodeRepair(t *testing.T) {
 		waitEvent(t, e, "Repairing", "NodeNotReady")
 	})
 	t.Run("with half the pool down, repair stops and says so", func(t *testing.T) {
-		nodes := readyNodes(t, cs, 4)
+		nodes := testenv.WaitReadyNodes(t, cs, 4)
 		down := nodes[:2]
 		for _, n := range down {
 			stopKubelet(t, cs, n)
@@ -93,7 +92,7 @@ func TestNodeRepair(t *testing.T) {
 		// One comes back: the other one is repaired.
 		startKubelet(t, cs, down[0])
 		testenv.Eventually(t, 3*time.Minute, "the remaining dead node replaced", func() error {
-			now := readyNames(t, cs)
+			now := testenv.ReadyNodes(t, cs)
 			if slices.Contains(now, down[1]) || !slices.Contains(now, down[0]) || len(now) != 4 {
 				return fmt.Errorf("Ready nodes %v", now)
 			}
@@ -122,34 +121,6 @@ func annotate(t *testing.T, cs kubernetes.Interface, node string, value *string)
 	if _, err := cs.CoreV1().Nodes().Patch(context.Background(), node, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
 		t.Fatal(err)
 	}
-}
-
-func readyNames(t *testing.T, cs kubernetes.Interface) []string {
-	t.Helper()
-	list, err := cs.CoreV1().Nodes().List(context.Background(), metav1.ListOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out []string
-	for i := range list.Items {
-		if nodeutil.NodeReady(&list.Items[i]) {
-			out = append(out, list.Items[i].Name)
-		}
-	}
-	return out
-}
-
-func readyNodes(t *testing.T, cs kubernetes.Interface, n int) []string {
-	t.Helper()
-	var names []string
-	testenv.Eventually(t, 2*time.Minute, fmt.Sprintf("%d Ready nodes", n), func() error {
-		names = readyNames(t, cs)
-		if len(names) != n {
-			return fmt.Errorf("%d Ready", len(names))
-		}
-		return nil
-	})
-	return names
 }
 
 // waitEvent waits for a management event with reason whose note contains text.

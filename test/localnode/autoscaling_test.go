@@ -42,15 +42,7 @@ import (
 // APIService is deleted and removed when turned off.
 func TestWorkloadAutoscaling(t *testing.T) {
 	requireNodeTools(t)
-	e := testenv.New(t)
-	t.Cleanup(func() { assertNoLeftovers(t, e.DataDir) })
-	e.MustRun("up")
-	t.Cleanup(func() {
-		if out, err := e.Run("down", "--purge"); err != nil {
-			t.Errorf("fke down: %v\n%s", err, out)
-		}
-	})
-	t.Cleanup(func() { dumpNodeLogs(t, e) })
+	e := upForLocalNodes(t)
 	t.Cleanup(func() { dumpMetricsServerLog(t, e) })
 	e.MustRun("cluster", "create", "demo", "--wait")
 	start := time.Now()

@@ -42,15 +42,7 @@ func TestLocalGPUNodes(t *testing.T) {
 		t.Skip("this host has NVIDIA GPUs: the agent would use them, not the simulated machine this test checks")
 	}
 	t.Setenv(manager.EnvNodeImages, strings.Join(buildImages(t), ","))
-	e := testenv.New(t)
-	t.Cleanup(func() { assertNoLeftovers(t, e.DataDir) })
-	e.MustRun("up")
-	t.Cleanup(func() {
-		if out, err := e.Run("down", "--purge"); err != nil {
-			t.Errorf("fke down: %v\n%s", err, out)
-		}
-	})
-	t.Cleanup(func() { dumpNodeLogs(t, e) })
+	e := upForLocalNodes(t)
 	e.MustRun("cluster", "create", "gpu", "--wait")
 	registry := waitSystemImages(t, e)
 	start := time.Now()

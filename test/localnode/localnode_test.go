@@ -66,16 +66,7 @@ func TestLocalNodes(t *testing.T) {
 	requireNodeTools(t)
 	images := buildImages(t)
 	t.Setenv(manager.EnvNodeImages, strings.Join(images, ","))
-	e := testenv.New(t)
-	// Registered before `fke up`, so it runs after `fke down`.
-	t.Cleanup(func() { assertNoLeftovers(t, e.DataDir) })
-	e.MustRun("up")
-	t.Cleanup(func() {
-		if out, err := e.Run("down", "--purge"); err != nil {
-			t.Errorf("fke down: %v\n%s", err, out)
-		}
-	})
-	t.Cleanup(func() { dumpNodeLogs(t, e) }) // before fke down
+	e := upForLocalNodes(t)
 	e.MustRun("cluster", "create", "demo", "--wait")
 	registry := waitSystemImages(t, e)
 	start := time.Now()
@@ -450,6 +441,24 @@ func TestLocalNodes(t *testing.T) {
 		waitSucceeded(t, cs, pod.Name)
 		t.Logf("FIGURE pending pod -> local node from zero -> pod done: %s", time.Since(start).Round(10*time.Millisecond))
 	})
+}
+
+// upForLocalNodes runs `fke up` in a fresh data directory; at the end it
+// prints the nodes' logs when the test failed, runs `fke down --purge` and
+// checks that nothing of the local nodes is left on the host.
+func upForLocalNodes(t *testing.T) *testenv.Env {
+	t.Helper()
+	e := testenv.New(t)
+	// Cleanups run last-registered first: logs, then fke down, then the check.
+	t.Cleanup(func() { assertNoLeftovers(t, e.DataDir) })
+	e.MustRun("up")
+	t.Cleanup(func() {
+		if out, err := e.Run("down", "--purge"); err != nil {
+			t.Errorf("fke down: %v\n%s", err, out)
+		}
+	})
+	t.Cleanup(func() { dumpNodeLogs(t, e) })
+	return e
 }
 
 // waitSystemImages waits until `fke up` has pushed the pause, demo server
