@@ -31,7 +31,7 @@ import (
 
 // allocation is what `fke-gpu-agent allocate` prints.
 type allocation struct {
-	Devices  []string                              `json:"devices"`
+	Devices  []string                             `json:"devices"`
 	Response *pluginapi.ContainerAllocateResponse `json:"response"`
 }
 
