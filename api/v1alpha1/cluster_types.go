@@ -280,6 +280,9 @@ type ClusterStatus struct {
 	// BackupRequest is the last fke.dev/backup-requested value handled.
 	// +optional
 	BackupRequest string `json:"backupRequest,omitempty"`
+	// RestoreRequest is the last fke.dev/restore-in-place value handled.
+	// +optional
+	RestoreRequest string `json:"restoreRequest,omitempty"`
 	// Conditions: ControlPlaneReady, AddonsReady, Ready, BackupSucceeded.
 	// +listType=map
 	// +listMapKey=type

@@ -17,6 +17,8 @@ const (
 	ConditionGPUReady = "GPUReady"
 	// ConditionScalingActive is True when a NodePool's size can be changed (not backing off).
 	ConditionScalingActive = "ScalingActive"
+	// ConditionRestored reports the last restore in place of a Cluster.
+	ConditionRestored = "Restored"
 	// ConditionBackupSucceeded says whether a Cluster's last etcd snapshot worked.
 	ConditionBackupSucceeded = "BackupSucceeded"
 	// ConditionRepairing is True on a Machine that auto-repair replaces; the
@@ -73,6 +75,10 @@ const (
 	// its value (any unique string, e.g. a time) is echoed in the
 	// BackupSucceeded condition's message when it is taken.
 	AnnotationBackupRequested = "fke.dev/backup-requested"
+	// AnnotationRestoreInPlace on a Cluster asks to replace its objects with
+	// one of its own snapshots: "SNAPSHOT@NONCE" (fke cluster restore
+	// --in-place --yes). The Restored condition reports the outcome.
+	AnnotationRestoreInPlace = "fke.dev/restore-in-place"
 	// AnnotationRepairs on a NodePool lists its recent auto-repairs (unix
 	// seconds, oldest first) for the repair backoff.
 	AnnotationRepairs = "fke.dev/repairs"

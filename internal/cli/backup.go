@@ -125,13 +125,14 @@ func humanBytes(n int64) string {
 
 func newClusterRestoreCmd(g *globals) *cobra.Command {
 	var (
-		from    string
-		wait    bool
-		timeout time.Duration
+		from         string
+		wait         bool
+		inPlace, yes bool
+		timeout      time.Duration
 	)
 	cmd := &cobra.Command{
-		Use:   "restore NEW --from CLUSTER/SNAPSHOT",
-		Short: "Create a cluster from an etcd snapshot of another one (same CA and keys, the snapshot's objects)",
+		Use:   "restore NEW --from CLUSTER/SNAPSHOT | restore NAME --from NAME/SNAPSHOT --in-place --yes",
+		Short: "Create a cluster from an etcd snapshot of another one (same CA and keys, the snapshot's objects), or restore a cluster in place",
 		Args:  exactArgs(1, "NEW"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			name := args[0]
@@ -141,6 +142,12 @@ func newClusterRestoreCmd(g *globals) *cobra.Command {
 			srcName, snapshot, ok := strings.Cut(from, "/")
 			if !ok || srcName == "" || snapshot == "" {
 				return fmt.Errorf("--from %q: write CLUSTER/SNAPSHOT, e.g. demo/20261201T120000Z (see `fke cluster backups CLUSTER`)", from)
+			}
+			if inPlace && srcName != name {
+				return fmt.Errorf("--in-place restores a cluster from its own snapshots: --from %s/%s names another cluster", srcName, snapshot)
+			}
+			if inPlace && !yes {
+				return fmt.Errorf("restoring %s in place replaces every object it holds with those of snapshot %s (its control plane restarts; the data replaced is kept beside it): add --yes to confirm", name, snapshot)
 			}
 			c, err := g.client()
 			if err != nil {
@@ -158,6 +165,9 @@ func newClusterRestoreCmd(g *globals) *cobra.Command {
 			}
 			if !found {
 				return fmt.Errorf("cluster %s has no snapshot %s (it has: %s)", srcName, snapshot, orDash(strings.Join(names, ", ")))
+			}
+			if inPlace {
+				return restoreInPlace(cmd.Context(), g, c, src, snapshot, timeout)
 			}
 			cl := &fkev1.Cluster{
 				ObjectMeta: metav1.ObjectMeta{Namespace: g.namespace, Name: name},
@@ -184,7 +194,48 @@ func newClusterRestoreCmd(g *globals) *cobra.Command {
 	}
 	cmd.Flags().StringVar(&from, "from", "", "the snapshot: CLUSTER/SNAPSHOT (see `fke cluster backups CLUSTER`)")
 	cmd.Flags().BoolVar(&wait, "wait", false, "wait until the cluster is Ready")
-	cmd.Flags().DurationVar(&timeout, "timeout", 5*time.Minute, "how long --wait waits")
+	cmd.Flags().DurationVar(&timeout, "timeout", 5*time.Minute, "how long --wait (and --in-place) waits")
+	cmd.Flags().BoolVar(&inPlace, "in-place", false, "replace the objects of cluster NAME with one of its own snapshots")
+	cmd.Flags().BoolVar(&yes, "yes", false, "confirm --in-place")
 	_ = cmd.MarkFlagRequired("from")
 	return cmd
+}
+
+// restoreInPlace asks the manager to restore cl from its snapshot and
+// waits until it did and the cluster is Ready again.
+func restoreInPlace(ctx context.Context, g *globals, c client.Client, cl *fkev1.Cluster, snapshot string, timeout time.Duration) error {
+	request := snapshot + "@" + strconv.FormatInt(time.Now().UnixNano(), 10)
+	patch := client.MergeFrom(cl.DeepCopy())
+	if cl.Annotations == nil {
+		cl.Annotations = map[string]string{}
+	}
+	cl.Annotations[fkev1.AnnotationRestoreInPlace] = request
+	if err := c.Patch(ctx, cl, patch); err != nil {
+		return explainCluster(err, cl.Name)
+	}
+	fmt.Fprintf(g.errOut, "restore of %s from %s requested; waiting\n", cl.Name, snapshot)
+	key := client.ObjectKeyFromObject(cl)
+	var msg string
+	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
+		if err := c.Get(ctx, key, cl); err != nil {
+			return false, err
+		}
+		if cl.Status.RestoreRequest != request {
+			return false, nil
+		}
+		r := meta.FindStatusCondition(cl.Status.Conditions, fkev1.ConditionRestored)
+		if r == nil {
+			return false, nil
+		}
+		if r.Status != metav1.ConditionTrue {
+			return false, fmt.Errorf("%s", r.Message)
+		}
+		msg = r.Message
+		return meta.IsStatusConditionTrue(cl.Status.Conditions, fkev1.ConditionReady), nil
+	})
+	if err != nil {
+		return fmt.Errorf("restoring %s in place: %w (see `fke cluster get %s`)", cl.Name, err, cl.Name)
+	}
+	fmt.Fprintln(g.out, msg)
+	return nil
 }

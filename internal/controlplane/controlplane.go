@@ -150,6 +150,10 @@ type Runtime interface {
 	Status(key string) Status
 	// Stop stops the components of key and keeps their data. Idempotent.
 	Stop(ctx context.Context, key string) error
+	// SetAsideData stops the components of key and moves etcd's data
+	// aside (kept, not deleted), so that the next Ensure with Spec.Restore
+	// starts from a snapshot: a restore in place.
+	SetAsideData(ctx context.Context, key string) error
 	// Delete stops the components of key and removes their data. Idempotent.
 	Delete(ctx context.Context, key string) error
 	// EnsureAddons makes the addon processes of key be exactly addons: it

@@ -120,6 +120,27 @@ func TestEtcdBackupAndRestore(t *testing.T) {
 			t.Errorf("a snapshot that does not exist:\n%s", out)
 		}
 	})
+	t.Run("a cluster restored in place, when confirmed, holds the snapshot's objects", func(t *testing.T) {
+		if out := e.RunFail("cluster", "restore", "src", "--from", "src/"+snap, "--in-place"); !strings.Contains(out, "--yes") {
+			t.Errorf("an unconfirmed restore in place:\n%s", out)
+		}
+		start := time.Now()
+		e.MustRun("cluster", "restore", "src", "--from", "src/"+snap, "--in-place", "--yes")
+		t.Logf("FIGURE fke cluster restore --in-place -> Ready: %s", time.Since(start).Round(10*time.Millisecond))
+		testenv.Eventually(t, time.Minute, "the snapshot's objects served", func() error {
+			if _, err := cs.CoreV1().ConfigMaps("default").Get(ctx, "after", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+				return fmt.Errorf("a ConfigMap made after the snapshot: %v", err)
+			}
+			got, err := cs.CoreV1().Secrets("default").Get(ctx, "db-password", metav1.GetOptions{})
+			if err != nil || string(got.Data["password"]) != "s3cret" {
+				return fmt.Errorf("the Secret: %v", err)
+			}
+			if _, err := cs.CoreV1().ConfigMaps("default").Get(ctx, fmt.Sprintf("cm-%03d", objects-1), metav1.GetOptions{}); err != nil {
+				return err
+			}
+			return nil
+		})
+	})
 	t.Run("scheduled snapshots keep spec.backup.retain", func(t *testing.T) {
 		var cl fkev1.Cluster
 		key := client.ObjectKey{Namespace: "default", Name: "src"}

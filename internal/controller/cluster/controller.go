@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net/netip"
 	"path/filepath"
+	"strings"
 	"sync"
 	"time"
 
@@ -159,6 +160,21 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.
 		}
 		restore = backup.Dir(filepath.Join(r.BackupDir, cl.Namespace, from.Cluster)).File(snap.Name)
 	}
+	if want := cl.Annotations[fkev1.AnnotationRestoreInPlace]; want != "" && want != cl.Status.RestoreRequest {
+		path, err := r.restoreInPlace(ctx, cl, want)
+		cl.Status.RestoreRequest = want
+		if err != nil {
+			meta.SetStatusCondition(&cl.Status.Conditions, metav1.Condition{Type: fkev1.ConditionRestored, Status: metav1.ConditionFalse,
+				Reason: fkev1.ReasonRestoreFailed, Message: err.Error(), ObservedGeneration: cl.Generation})
+			r.Recorder.Eventf(cl, nil, corev1.EventTypeWarning, fkev1.ReasonRestoreFailed, "Restore", "%v", err)
+		} else {
+			restore = path
+			msg := fmt.Sprintf("restored in place from snapshot %s; the data it replaced is kept beside the cluster's etcd data", filepath.Base(path))
+			meta.SetStatusCondition(&cl.Status.Conditions, metav1.Condition{Type: fkev1.ConditionRestored, Status: metav1.ConditionTrue,
+				Reason: "RestoredInPlace", Message: msg, ObservedGeneration: cl.Generation})
+			r.Recorder.Eventf(cl, nil, corev1.EventTypeNormal, "RestoredInPlace", "Restore", "%s", msg)
+		}
+	}
 	spec := controlplane.Spec{
 		Restore:     restore,
 		Key:         req.String(),
@@ -238,6 +254,23 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.
 func (r *Reconciler) baseInstalled(key string) bool {
 	_, ok := r.base.Load(key)
 	return ok
+}
+
+// restoreInPlace checks the snapshot a restore in place asks for (want is
+// "SNAPSHOT@NONCE", a snapshot of cl itself), then stops cl's control plane
+// and sets its etcd data aside; it returns the snapshot file the next
+// Ensure restores.
+func (r *Reconciler) restoreInPlace(ctx context.Context, cl *fkev1.Cluster, want string) (string, error) {
+	name, _, _ := strings.Cut(want, "@")
+	dir := backup.Dir(filepath.Join(r.BackupDir, cl.Namespace, cl.Name))
+	snap, err := backup.Verify(dir, name)
+	if err != nil {
+		return "", fmt.Errorf("cannot restore %s in place from %s: %w", cl.Name, name, err)
+	}
+	if err := r.Runtime.SetAsideData(ctx, client.ObjectKeyFromObject(cl).String()); err != nil {
+		return "", fmt.Errorf("restoring %s in place: %w", cl.Name, err)
+	}
+	return dir.File(snap.Name), nil
 }
 
 // finalize removes the cluster's node pools, stops the control plane, removes

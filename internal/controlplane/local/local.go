@@ -18,6 +18,7 @@ import (
 	"strconv"
 	"sync"
 	"syscall"
+	"time"
 
 	"fke.dev/fke/internal/binaries"
 	"fke.dev/fke/internal/controlplane"
@@ -216,6 +217,26 @@ func (r *Runtime) WaitReady(ctx context.Context, key string) error {
 			return fmt.Errorf("waiting for %s of %s: %w", c, key, err)
 		}
 	}
+	return nil
+}
+
+// SetAsideData implements controlplane.Runtime: etcd's data directory
+// becomes etcd.replaced-<unix time> beside it.
+func (r *Runtime) SetAsideData(ctx context.Context, key string) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if err := r.stopLocked(ctx, key); err != nil {
+		return err
+	}
+	data := newLayout(r.DataDir(key)).etcdData()
+	if _, err := os.Stat(data); os.IsNotExist(err) {
+		return nil
+	}
+	aside := data + ".replaced-" + strconv.FormatInt(time.Now().Unix(), 10)
+	if err := os.Rename(data, aside); err != nil {
+		return fmt.Errorf("setting etcd data of %s aside: %w", key, err)
+	}
+	r.log.Info("etcd data set aside for a restore", "cluster", key, "kept", aside)
 	return nil
 }
 
