@@ -127,6 +127,7 @@ func BuildSnapshot(nodes []*corev1.Node, pods PodGroups, machines []*fkev1.Machi
 		if m, ok := machineByNode[n.Name]; ok {
 			ni.Ready = meta.IsStatusConditionTrue(m.Status.Conditions, fkev1.ConditionReady) && m.DeletionTimestamp.IsZero()
 			if ni.Ready {
+				ni.Starting = hasStartupTaint(n)
 				ni.Node = withoutStartupTaints(n)
 			}
 			ni.Deleting = !m.DeletionTimestamp.IsZero() || m.Annotations[fkev1.AnnotationScaleDown] == "true"

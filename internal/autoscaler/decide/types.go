@@ -127,10 +127,28 @@ type NodeInfo struct {
 	// Deleting reports whether the node is being removed; it hosts nothing
 	// in simulations.
 	Deleting bool
+	// Starting reports a Ready node that still carries kube-controller-
+	// manager's start-up taints (not-ready, unreachable): capacity for
+	// scale-up decisions, but kube-scheduler places nothing there yet.
+	Starting bool
 	// Pods bound to the node, DaemonSet and mirror pods included. While a
 	// Memo is used, a slice is not changed in place: pods that change come
 	// in a new slice (as tenant.PodIndex gives them).
 	Pods []*corev1.Pod
+}
+
+// Schedulable returns a copy of s in which the Starting nodes are not
+// Ready: the capacity kube-scheduler can use at this moment.
+func (s Snapshot) Schedulable() Snapshot {
+	out := s
+	out.Nodes = make([]NodeInfo, len(s.Nodes))
+	for i, n := range s.Nodes {
+		if n.Starting {
+			n.Ready = false
+		}
+		out.Nodes[i] = n
+	}
+	return out
 }
 
 // Snapshot is the cluster state a decision is made on.

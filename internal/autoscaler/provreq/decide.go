@@ -233,8 +233,10 @@ func Decide(in Input) Decision {
 		return d
 	}
 
-	// A pool was grown for the request: wait for its machines.
-	if fits {
+	// A pool was grown for the request: wait for its machines, until
+	// kube-scheduler can place the pods on them (Kueue lets them go as
+	// soon as the request says Provisioned).
+	if fits, _ = decide.CheckCapacity(in.Snapshot.Schedulable(), in.Pods); fits {
 		provisioned(&d, cond, ReasonCapacityIsProvisioned,
 			fmt.Sprintf("Capacity is provisioned: pool %s grew by %d nodes", booking.Pool, booking.Nodes))
 		return d
