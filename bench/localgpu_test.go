@@ -3,7 +3,6 @@ package bench
 import (
 	"context"
 	"fmt"
-	"net"
 	"net/http"
 	"os/exec"
 	"sort"
@@ -42,15 +41,7 @@ func BenchmarkLocalGPUNode(b *testing.B) {
 	}
 	e := testenv.Up(b)
 	e.MustRun("cluster", "create", "bench", "--wait")
-	_, port, _ := strings.Cut(e.State().Registry, ":")
-	registry := net.JoinHostPort(hostnet.Gateway.String(), port)
-	testenv.Eventually(b, 2*time.Minute, "system images in the registry", func() error {
-		out, err := e.Run("image", "list")
-		if err != nil || !strings.Contains(out, image.GPUAgent.Name) || !strings.Contains(out, image.DemoServer.Name) {
-			return fmt.Errorf("%v: %s", err, out)
-		}
-		return nil
-	})
+	registry := e.WaitSystemImages()
 	cs := e.Tenant("bench")
 	var ready, running, xid []time.Duration
 	for i := 0; i < b.N; i++ {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/rand"
 	"fmt"
-	"net"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -45,7 +44,7 @@ func BenchmarkLocalNode(b *testing.B) {
 	}
 	e := testenv.Up(b)
 	e.MustRun("cluster", "create", "demo", "--wait")
-	registry := benchRegistry(b, e)
+	registry := e.WaitSystemImages()
 	cs := e.Tenant("demo")
 
 	const pools = 3
@@ -57,7 +56,7 @@ func BenchmarkLocalNode(b *testing.B) {
 		e.MustRun("nodepool", "create", "demo/"+pool, "--provider", "local", "--instance-type", "cpu-small", "--replicas", "1")
 		var registered time.Duration
 		var node string
-		benchEventually(b, 3*time.Minute, "node of pool "+pool+" Ready", func() error {
+		testenv.Eventually(b, 3*time.Minute, "node of pool "+pool+" Ready", func() error {
 			list, err := cs.CoreV1().Nodes().List(b.Context(), metav1.ListOptions{LabelSelector: "fke.dev/nodepool=" + pool})
 			if err != nil || len(list.Items) == 0 {
 				return fmt.Errorf("no node yet (%v)", err)
@@ -128,29 +127,6 @@ func BenchmarkLocalNode(b *testing.B) {
 	b.ReportMetric(amb, "MB-rss-anchor-kubelet-containerd")
 	b.Logf("anchor (kubelet + containerd by hand): %.0f MB RSS (%s)", amb, aprocs)
 	b.Logf("pool create -> node Ready: %v", ready)
-}
-
-// benchRegistry waits for fke's system images and returns the registry as
-// nodes reach it.
-func benchRegistry(b *testing.B, e *testenv.Env) string {
-	b.Helper()
-	_, port, ok := strings.Cut(e.State().Registry, ":")
-	if !ok {
-		b.Fatalf("fke up runs no registry: %s", e.State().RegistryError)
-	}
-	benchEventually(b, 2*time.Minute, "system images in the registry", func() error {
-		out, err := e.Run("image", "list")
-		if err != nil {
-			return err
-		}
-		for _, si := range []image.SystemImage{image.Pause, image.DemoServer, image.CoreDNS} {
-			if !strings.Contains(out, si.Name) {
-				return fmt.Errorf("no %s in:\n%s", si.Name, out)
-			}
-		}
-		return nil
-	})
-	return net.JoinHostPort(hostnet.Gateway.String(), port)
 }
 
 // benchPod creates a pod of ref on node and returns the time until the
@@ -228,7 +204,7 @@ var pulledIn = regexp.MustCompile(`Successfully pulled image "[^"]+" in ([0-9.]+
 func kubeletPullTime(b *testing.B, cs kubernetes.Interface, pod string) time.Duration {
 	b.Helper()
 	var d time.Duration
-	benchEventually(b, 30*time.Second, "Pulled event of "+pod, func() error {
+	testenv.Eventually(b, 30*time.Second, "Pulled event of "+pod, func() error {
 		evs, err := cs.CoreV1().Events("default").List(b.Context(), metav1.ListOptions{FieldSelector: "involvedObject.name=" + pod})
 		if err != nil {
 			return err
@@ -277,22 +253,6 @@ func median(ds []time.Duration) time.Duration {
 	s := slices.Clone(ds)
 	slices.Sort(s)
 	return s[len(s)/2]
-}
-
-// benchEventually polls cond every 20 ms until it returns nil or timeout passes.
-func benchEventually(b *testing.B, timeout time.Duration, what string, cond func() error) {
-	b.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		err := cond()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			b.Fatalf("%s: not true after %s: %v", what, timeout, err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
 }
 
 // anchorNode is a kubelet and a containerd started by hand as kubeadm lays
@@ -384,7 +344,7 @@ exec %[5]s --config=%[7]s --kubeconfig=%[8]s --root-dir=/var/lib/kubelet --cert-
 		if err := cs.CoreV1().Nodes().Delete(context.Background(), anchorName, metav1.DeleteOptions{}); err != nil {
 			b.Logf("deleting node %s: %v", anchorName, err)
 		}
-		benchEventually(b, 30*time.Second, "anchor processes gone", func() error {
+		testenv.Eventually(b, 30*time.Second, "anchor processes gone", func() error {
 			if p := a.pids(); len(p) > 0 {
 				return fmt.Errorf("processes %v", p)
 			}
@@ -400,7 +360,7 @@ exec %[5]s --config=%[7]s --kubeconfig=%[8]s --root-dir=/var/lib/kubelet --cert-
 			b.Error(err)
 		}
 	})
-	benchEventually(b, 2*time.Minute, "node "+anchorName+" Ready", func() error {
+	testenv.Eventually(b, 2*time.Minute, "node "+anchorName+" Ready", func() error {
 		n, err := cs.CoreV1().Nodes().Get(b.Context(), anchorName, metav1.GetOptions{})
 		if err != nil {
 			return err

@@ -50,7 +50,7 @@ func TestWorkloadAutoscaling(t *testing.T) {
 	// On by default, before any node exists.
 	waitAddon(t, mc, fkev1.AddonReady)
 	t.Logf("FIGURE cluster Ready -> metrics-server Ready (APIService Available): %s", time.Since(start).Round(10*time.Millisecond))
-	registry := waitSystemImages(t, e)
+	registry := e.WaitSystemImages()
 	ctx := t.Context()
 	cfg := e.TenantConfig("demo")
 	cs := e.Tenant("demo")

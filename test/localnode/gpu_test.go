@@ -44,7 +44,7 @@ func TestLocalGPUNodes(t *testing.T) {
 	t.Setenv(manager.EnvNodeImages, strings.Join(buildImages(t), ","))
 	e := upForLocalNodes(t)
 	e.MustRun("cluster", "create", "gpu", "--wait")
-	registry := waitSystemImages(t, e)
+	registry := e.WaitSystemImages()
 	start := time.Now()
 	e.MustRun("nodepool", "create", "gpu/h100", "--provider", "local", "--instance-type", "gpu-h100x8", "--replicas", "1")
 	cs := e.Tenant("gpu")

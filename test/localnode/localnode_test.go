@@ -68,7 +68,7 @@ func TestLocalNodes(t *testing.T) {
 	t.Setenv(manager.EnvNodeImages, strings.Join(images, ","))
 	e := upForLocalNodes(t)
 	e.MustRun("cluster", "create", "demo", "--wait")
-	registry := waitSystemImages(t, e)
+	registry := e.WaitSystemImages()
 	start := time.Now()
 	e.MustRun("nodepool", "create", "demo/cpu", "--provider", "local", "--instance-type", "cpu-small", "--replicas", "2")
 	cs := e.Tenant("demo")
@@ -459,30 +459,6 @@ func upForLocalNodes(t *testing.T) *testenv.Env {
 	})
 	t.Cleanup(func() { dumpNodeLogs(t, e) })
 	return e
-}
-
-// waitSystemImages waits until `fke up` has pushed the pause, demo server
-// and CoreDNS images to its registry, and returns the registry's address as
-// nodes reach it (the bridge's gateway).
-func waitSystemImages(t *testing.T, e *testenv.Env) string {
-	t.Helper()
-	_, port, ok := strings.Cut(e.State().Registry, ":")
-	if !ok {
-		t.Fatalf("fke up runs no registry: %s", e.State().RegistryError)
-	}
-	testenv.Eventually(t, 2*time.Minute, "system images in the registry", func() error {
-		out, err := e.Run("image", "list")
-		if err != nil {
-			return err
-		}
-		for _, si := range []image.SystemImage{image.Pause, image.DemoServer, image.CoreDNS} {
-			if !strings.Contains(out, si.Name) {
-				return fmt.Errorf("no %s in:\n%s", si.Name, out)
-			}
-		}
-		return nil
-	})
-	return net.JoinHostPort(hostnet.Gateway.String(), port)
 }
 
 func nodeHasImage(n *corev1.Node, ref string) bool {
