@@ -29,9 +29,9 @@ func newClusterBackupCmd(g *globals) *cobra.Command {
 				return err
 			}
 			key := client.ObjectKey{Namespace: g.namespace, Name: args[0]}
-			cl := &fkev1.Cluster{}
-			if err := c.Get(cmd.Context(), key, cl); err != nil {
-				return explainCluster(err, args[0])
+			cl, err := g.getCluster(cmd.Context(), c, args[0])
+			if err != nil {
+				return err
 			}
 			request := strconv.FormatInt(time.Now().UnixNano(), 10)
 			patch := client.MergeFrom(cl.DeepCopy())
@@ -86,9 +86,9 @@ func newClusterBackupsCmd(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			cl := &fkev1.Cluster{}
-			if err := c.Get(cmd.Context(), client.ObjectKey{Namespace: g.namespace, Name: args[0]}, cl); err != nil {
-				return explainCluster(err, args[0])
+			cl, err := g.getCluster(cmd.Context(), c, args[0])
+			if err != nil {
+				return err
 			}
 			if output != "" {
 				return printObject(g.out, output, cl.Status.Backups)
@@ -153,9 +153,9 @@ func newClusterRestoreCmd(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			src := &fkev1.Cluster{}
-			if err := c.Get(cmd.Context(), client.ObjectKey{Namespace: g.namespace, Name: srcName}, src); err != nil {
-				return explainCluster(err, srcName)
+			src, err := g.getCluster(cmd.Context(), c, srcName)
+			if err != nil {
+				return err
 			}
 			found := false
 			var names []string

@@ -249,6 +249,16 @@ func newClusterListCmd(g *globals) *cobra.Command {
 	return cmd
 }
 
+// getCluster reads cluster name of the current namespace; a miss is
+// explained (explainCluster).
+func (g *globals) getCluster(ctx context.Context, c client.Client, name string) (*fkev1.Cluster, error) {
+	cl := &fkev1.Cluster{}
+	if err := c.Get(ctx, client.ObjectKey{Namespace: g.namespace, Name: name}, cl); err != nil {
+		return nil, explainCluster(err, name)
+	}
+	return cl, nil
+}
+
 func newClusterGetCmd(g *globals) *cobra.Command {
 	var output string
 	cmd := &cobra.Command{
@@ -260,9 +270,9 @@ func newClusterGetCmd(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			cl := &fkev1.Cluster{}
-			if err := c.Get(cmd.Context(), client.ObjectKey{Namespace: g.namespace, Name: args[0]}, cl); err != nil {
-				return explainCluster(err, args[0])
+			cl, err := g.getCluster(cmd.Context(), c, args[0])
+			if err != nil {
+				return err
 			}
 			if output != "" {
 				return printObject(g.out, output, cl)
@@ -459,10 +469,9 @@ func newClusterDeleteCmd(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			key := client.ObjectKey{Namespace: g.namespace, Name: args[0]}
-			cl := &fkev1.Cluster{}
-			if err := c.Get(cmd.Context(), key, cl); err != nil {
-				return explainCluster(err, args[0])
+			cl, err := g.getCluster(cmd.Context(), c, args[0])
+			if err != nil {
+				return err
 			}
 			if err := c.Delete(cmd.Context(), cl); err != nil {
 				return explainCluster(err, args[0])
@@ -495,9 +504,9 @@ func newKubeconfigCmd(g *globals) *cobra.Command {
 				return err
 			}
 			name := args[0]
-			cl := &fkev1.Cluster{}
-			if err := c.Get(cmd.Context(), client.ObjectKey{Namespace: g.namespace, Name: name}, cl); err != nil {
-				return explainCluster(err, name)
+			cl, err := g.getCluster(cmd.Context(), c, name)
+			if err != nil {
+				return err
 			}
 			s := &corev1.Secret{}
 			if err := c.Get(cmd.Context(), client.ObjectKey{Namespace: g.namespace, Name: cluster.KubeconfigSecretName(name)}, s); err != nil {

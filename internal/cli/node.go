@@ -103,9 +103,9 @@ func newNodeBootstrapFileCmd(g *globals) *cobra.Command {
 				return err
 			}
 			name := args[0]
-			cl := &fkev1.Cluster{}
-			if err := c.Get(ctx, client.ObjectKey{Namespace: g.namespace, Name: name}, cl); err != nil {
-				return explainCluster(err, name)
+			cl, err := g.getCluster(ctx, c, name)
+			if err != nil {
+				return err
 			}
 			s := &corev1.Secret{}
 			if err := c.Get(ctx, client.ObjectKey{Namespace: g.namespace, Name: cluster.KubeconfigSecretName(name)}, s); err != nil {
