@@ -29,6 +29,7 @@ import (
 	fkev1 "fke.dev/fke/api/v1alpha1"
 	"fke.dev/fke/internal/addons"
 	"fke.dev/fke/internal/controller/cluster"
+	"fke.dev/fke/internal/versions"
 )
 
 func newClusterCmd(g *globals) *cobra.Command {
@@ -38,7 +39,7 @@ func newClusterCmd(g *globals) *cobra.Command {
 		Short:   "Create, list, inspect and delete tenant clusters",
 	}
 	cmd.AddCommand(newClusterCreateCmd(g), newClusterListCmd(g), newClusterGetCmd(g), newClusterDeleteCmd(g),
-		newClusterBackupCmd(g), newClusterBackupsCmd(g), newClusterRestoreCmd(g))
+		newClusterUpgradeCmd(g), newClusterBackupCmd(g), newClusterBackupsCmd(g), newClusterRestoreCmd(g))
 	return cmd
 }
 
@@ -125,7 +126,7 @@ func newClusterCreateCmd(g *globals) *cobra.Command {
 			return nil
 		},
 	}
-	cmd.Flags().StringVar(&version, "version", cluster.SupportedVersion, "Kubernetes version of the control plane")
+	cmd.Flags().StringVar(&version, "version", versions.Default, "Kubernetes version of the control plane (`fke versions` lists them)")
 	cmd.Flags().BoolVar(&wait, "wait", false, "wait until the cluster (and its node pools) are Ready")
 	cmd.Flags().BoolVar(&metrics, "metrics-server", true, "run metrics-server for the cluster (kubectl top, HPAs on CPU and memory); --metrics-server=false to leave it out")
 	cmd.Flags().StringVar(&expander, "expander", string(fkev1.ExpanderLeastWaste), "node autoscaler expander: least-waste, price, priority or random")
@@ -289,6 +290,16 @@ func describeCluster(ctx context.Context, c client.Client, cl *fkev1.Cluster, ou
 	fmt.Fprintf(tw, "Name:\t%s\n", cl.Name)
 	fmt.Fprintf(tw, "Namespace:\t%s\n", cl.Namespace)
 	fmt.Fprintf(tw, "Version:\t%s (reported: %s)\n", cl.Spec.Version, orDash(cl.Status.Version))
+	if len(cl.Status.ControlPlane) > 0 {
+		fmt.Fprintf(tw, "Components:\t%s\n", componentSummary(cl.Status.ControlPlane))
+	}
+	if up := cl.Status.Upgrade; up != nil {
+		state := "step " + up.Step
+		if up.CompletionTime != nil {
+			state = "done in " + up.CompletionTime.Sub(up.StartTime.Time).Round(100*time.Millisecond).String()
+		}
+		fmt.Fprintf(tw, "Upgrade:\t%s → %s, %s (snapshot %s)\n", up.From, up.To, state, orDash(up.Snapshot))
+	}
 	fmt.Fprintf(tw, "Runtime:\t%s\n", cl.Spec.Runtime)
 	fmt.Fprintf(tw, "Phase:\t%s\n", orDash(cl.Status.Phase))
 	fmt.Fprintf(tw, "Endpoint:\t%s\n", orDash(cl.Status.Endpoint))
@@ -337,6 +348,23 @@ func describeCluster(ctx context.Context, c client.Client, cl *fkev1.Cluster, ou
 		}
 	}
 	return printEvents(ctx, c, cl.Namespace, out, object{"Cluster", cl.Name})
+}
+
+// componentSummary writes each component with its version, e.g.
+// "kube-apiserver v1.37.2, kube-scheduler v1.36.3".
+func componentSummary(cs []fkev1.ComponentVersion) string {
+	var parts []string
+	for _, c := range cs {
+		if c.Version == "" {
+			continue
+		}
+		p := c.Name + " " + c.Version
+		if !c.Ready {
+			p += " (not ready)"
+		}
+		parts = append(parts, p)
+	}
+	return strings.Join(parts, ", ")
 }
 
 // printAddons lists the cluster's addons: those in status, then those

@@ -33,12 +33,7 @@ import (
 	"fke.dev/fke/internal/controlplane"
 	"fke.dev/fke/internal/nodeprovider"
 	"fke.dev/fke/internal/tenant"
-	"fke.dev/fke/internal/versions"
 )
-
-// SupportedVersion is the Kubernetes version of the upstream binaries fke
-// runs (the list lives in internal/versions).
-const SupportedVersion = versions.Default
 
 // Requeue intervals: fast while a control plane comes up, slow once it is ready
 // (to notice crashes and restarts).
@@ -129,6 +124,14 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.
 			err = perr
 		}
 	}()
+	// flush records the status now, before a long step (an upgrade).
+	flush := func() {
+		if perr := r.patchStatus(ctx, before, cl); perr != nil {
+			log.Info("recording status", "cluster", req.String(), "error", perr.Error())
+			return
+		}
+		before = cl.DeepCopy()
+	}
 
 	if reason, msg, ok := validate(cl); !ok {
 		setNotReady(cl, reason, msg)
@@ -179,6 +182,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.
 		Restore:     restore,
 		Key:         req.String(),
 		Version:     cl.Spec.Version,
+		// Components start again at the version they ran, also in the
+		// middle of an upgrade; reconcileUpgrade moves them on.
+		ComponentVersions: startVersions(cl),
 		Ports:       portsFromStatus(cl.Status.Ports),
 		PodCIDR:     cl.Spec.Network.PodCIDR,
 		ServiceCIDR: cl.Spec.Network.ServiceCIDR,
@@ -200,6 +206,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.
 	cl.Status.Endpoint = st.Endpoint
 	cl.Status.KubeconfigSecret = kubeconfigSecretName(cl.Name)
 	computeStatus(cl, st)
+	if cs := componentVersions(st); st.Ready() || len(cl.Status.ControlPlane) == 0 {
+		cl.Status.ControlPlane = cs
+	}
 
 	if !st.Ready() {
 		if wasReady {
@@ -210,6 +219,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.
 	if !wasReady {
 		log.Info("control plane ready", "cluster", req.String(), "endpoint", st.Endpoint)
 		r.Recorder.Eventf(cl, nil, corev1.EventTypeNormal, "ControlPlaneReady", "Start", "control plane ready at %s", st.Endpoint)
+	}
+	if after, handled := r.reconcileUpgrade(ctx, cl, spec, st, bundle, flush); handled {
+		return ctrl.Result{RequeueAfter: after}, nil
 	}
 	tenantCfg, err := clientcmd.RESTConfigFromKubeConfig(kubeconfig)
 	if err != nil {
