@@ -179,17 +179,17 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.
 		}
 	}
 	spec := controlplane.Spec{
-		Restore:     restore,
-		Key:         req.String(),
-		Version:     cl.Spec.Version,
+		Restore: restore,
+		Key:     req.String(),
+		Version: cl.Spec.Version,
 		// Components start again at the version they ran, also in the
 		// middle of an upgrade; reconcileUpgrade moves them on.
 		ComponentVersions: startVersions(cl),
-		Ports:       portsFromStatus(cl.Status.Ports),
-		PodCIDR:     cl.Spec.Network.PodCIDR,
-		ServiceCIDR: cl.Spec.Network.ServiceCIDR,
-		PKI:         bundle,
-		NodeAddress: r.NodeAddress,
+		Ports:             portsFromStatus(cl.Status.Ports),
+		PodCIDR:           cl.Spec.Network.PodCIDR,
+		ServiceCIDR:       cl.Spec.Network.ServiceCIDR,
+		PKI:               bundle,
+		NodeAddress:       r.NodeAddress,
 	}
 	wasReady := meta.IsStatusConditionTrue(cl.Status.Conditions, fkev1.ConditionControlPlaneReady)
 	st, err := r.Runtime.Ensure(ctx, spec)

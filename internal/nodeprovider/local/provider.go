@@ -46,7 +46,6 @@ import (
 // ProviderIDPrefix starts every provider ID: local://<namespace>/<cluster>/<node>.
 const ProviderIDPrefix = "local://"
 
-
 // DefaultPauseImage is the sandbox image when Options.PauseImage and
 // Options.Registry are empty.
 const DefaultPauseImage = "fke.local/pause:1"
