@@ -59,6 +59,8 @@ func newClusterCreateCmd(g *globals) *cobra.Command {
 		pools    []string
 		expander string
 		metrics  bool
+		auto     string
+		window   string
 
 		podCIDR, serviceCIDR string
 	)
@@ -84,6 +86,15 @@ func newClusterCreateCmd(g *globals) *cobra.Command {
 				seen[np.PoolName()] = true
 				nps = append(nps, np)
 			}
+			mw, err := parseMaintenance(window)
+			if err != nil {
+				return err
+			}
+			switch fkev1.AutoUpgradePolicy(auto) {
+			case fkev1.AutoUpgradeNone, fkev1.AutoUpgradePatch, fkev1.AutoUpgradeMinor:
+			default:
+				return fmt.Errorf("--auto-upgrade %q: use none, patch or minor", auto)
+			}
 			c, err := g.client()
 			if err != nil {
 				return err
@@ -101,6 +112,8 @@ func newClusterCreateCmd(g *globals) *cobra.Command {
 					Network:     fkev1.ClusterNetwork{PodCIDR: podCIDR, ServiceCIDR: serviceCIDR},
 					Autoscaling: fkev1.ClusterAutoscaling{Expander: fkev1.Expander(expander)},
 					Addons:      fkev1.ClusterAddons{MetricsServer: fkev1.MetricsServerAddon{Enabled: &metrics}},
+					AutoUpgrade: fkev1.AutoUpgradePolicy(auto),
+					Maintenance: mw,
 				},
 			}
 			if err := c.Create(cmd.Context(), cl); err != nil {
@@ -131,10 +144,42 @@ func newClusterCreateCmd(g *globals) *cobra.Command {
 	cmd.Flags().BoolVar(&metrics, "metrics-server", true, "run metrics-server for the cluster (kubectl top, HPAs on CPU and memory); --metrics-server=false to leave it out")
 	cmd.Flags().StringVar(&expander, "expander", string(fkev1.ExpanderLeastWaste), "node autoscaler expander: least-waste, price, priority or random")
 	cmd.Flags().StringArrayVar(&pools, "nodepool", nil, "add a node pool: name=N,type=T,replicas=R or name=N,type=T,min=A,max=B (repeatable)")
+	cmd.Flags().StringVar(&auto, "auto-upgrade", string(fkev1.AutoUpgradeNone), "upgrades fke starts on its own inside the maintenance window: none, patch or minor")
+	cmd.Flags().StringVar(&window, "maintenance", "", "maintenance window in UTC: START/DURATION[/DAYS], e.g. 22:00/4h or 03:00/2h/Sat,Sun")
 	cmd.Flags().DurationVar(&timeout, "timeout", 5*time.Minute, "how long --wait waits")
 	cmd.Flags().StringVar(&podCIDR, "pod-cidr", "", "pod range, /20 or larger (default: a free /14 that overlaps no host route or other cluster)")
 	cmd.Flags().StringVar(&serviceCIDR, "service-cidr", "", "Service range, /12 or smaller (default 10.96.0.0/16)")
 	return cmd
+}
+
+// parseMaintenance reads START/DURATION[/DAYS] (UTC), e.g. 22:00/4h or
+// 03:00/2h/Sat,Sun; "" is no window.
+func parseMaintenance(s string) (*fkev1.MaintenanceWindow, error) {
+	if s == "" {
+		return nil, nil
+	}
+	parts := strings.Split(s, "/")
+	if len(parts) < 2 || len(parts) > 3 {
+		return nil, fmt.Errorf("--maintenance %q: write START/DURATION[/DAYS], e.g. 22:00/4h or 03:00/2h/Sat,Sun", s)
+	}
+	var h, m int
+	if n, err := fmt.Sscanf(parts[0], "%d:%d", &h, &m); err != nil || n != 2 || h > 23 || m > 59 || len(parts[0]) != 5 {
+		return nil, fmt.Errorf("--maintenance %q: start %q must be HH:MM in UTC, e.g. 22:00", s, parts[0])
+	}
+	d, err := time.ParseDuration(parts[1])
+	if err != nil || d < 30*time.Minute || d > 24*time.Hour {
+		return nil, fmt.Errorf("--maintenance %q: duration %q must be between 30m and 24h, e.g. 4h", s, parts[1])
+	}
+	w := &fkev1.MaintenanceWindow{Start: parts[0], Duration: metav1.Duration{Duration: d}}
+	if len(parts) == 3 {
+		for _, day := range strings.Split(parts[2], ",") {
+			if !slices.Contains([]string{"Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun"}, day) {
+				return nil, fmt.Errorf("--maintenance %q: day %q must be one of Mon, Tue, Wed, Thu, Fri, Sat, Sun", s, day)
+			}
+			w.Days = append(w.Days, fkev1.Weekday(day))
+		}
+	}
+	return w, nil
 }
 
 // createPools creates the pools of a cluster just created. It is all or

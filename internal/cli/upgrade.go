@@ -69,7 +69,7 @@ func newClusterUpgradeCmd(g *globals) *cobra.Command {
 // it begins and returns once every component runs it.
 func waitUpgrade(ctx context.Context, g *globals, c client.Client, key client.ObjectKey, version string, timeout time.Duration) error {
 	start := time.Now()
-	last := ""
+	last, snapshot := "", ""
 	cl := &fkev1.Cluster{}
 	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
 		if err := c.Get(ctx, key, cl); err != nil {
@@ -80,8 +80,12 @@ func waitUpgrade(ctx context.Context, g *globals, c client.Client, key client.Ob
 		if up == nil || up.To != version || cond == nil {
 			return false, nil
 		}
-		if line := cond.Reason + ": " + cond.Message; line != last {
-			last = line
+		if up.Snapshot != "" && snapshot == "" {
+			snapshot = up.Snapshot
+			fmt.Fprintf(g.errOut, "[%5.1fs] etcd snapshot %s taken (fke cluster backups %s)\n", time.Since(start).Seconds(), snapshot, key.Name)
+		}
+		if cond.Message != last {
+			last = cond.Message
 			fmt.Fprintf(g.errOut, "[%5.1fs] %s\n", time.Since(start).Seconds(), cond.Message)
 		}
 		return up.CompletionTime != nil, nil

@@ -46,9 +46,13 @@ const (
 
 // Reconciler reconciles Cluster objects.
 type Reconciler struct {
-	Client   client.Client
-	Runtime  controlplane.Runtime
-	Recorder events.EventRecorder
+	Client client.Client
+	// APIReader reads from the API server, not the cache: an upgrade step
+	// reads the upgrade's status there, so that a step a stale cache does
+	// not show yet is not taken twice. Nil reads through Client.
+	APIReader client.Reader
+	Runtime   controlplane.Runtime
+	Recorder  events.EventRecorder
 	// Versioner reads the version a ready API server reports; nil skips it.
 	Versioner func(ctx context.Context, endpoint string, kubeconfig []byte) (string, error)
 	// Addons installs what fke needs in a ready tenant cluster (e.g. the
@@ -223,6 +227,13 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.
 	if after, handled := r.reconcileUpgrade(ctx, cl, spec, st, bundle, flush); handled {
 		return ctrl.Result{RequeueAfter: after}, nil
 	}
+	started, autoNext, err := r.autoUpgrade(ctx, cl, time.Now())
+	if err != nil {
+		log.Info("automatic upgrade", "cluster", req.String(), "error", err.Error())
+	}
+	if started {
+		return ctrl.Result{}, nil // the spec change brings the next reconcile
+	}
 	tenantCfg, err := clientcmd.RESTConfigFromKubeConfig(kubeconfig)
 	if err != nil {
 		setUnknown(cl, err)
@@ -241,6 +252,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.
 		r.base.Store(req.String(), true)
 	}
 	requeue := requeueReady
+	if autoNext > 0 {
+		requeue = min(requeue, autoNext)
+	}
 	if r.reconcileAddons(ctx, cl, req.String(), st.Endpoint, bundle, tenantCfg, nil) {
 		requeue = requeueAddons
 	}

@@ -14,6 +14,7 @@ import (
 	fkev1 "fke.dev/fke/api/v1alpha1"
 	"fke.dev/fke/internal/backup"
 	"fke.dev/fke/internal/controlplane"
+	"fke.dev/fke/internal/maintenance"
 	"fke.dev/fke/internal/pki"
 )
 
@@ -99,6 +100,16 @@ func (r *Reconciler) reconcileUpgrade(ctx context.Context, cl *fkev1.Cluster, sp
 	if step == "" {
 		return 0, false
 	}
+	if r.APIReader != nil {
+		// The cache may not show the last step's status yet.
+		fresh := &fkev1.Cluster{}
+		if err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(cl), fresh); err == nil && fresh.Spec.Version == target {
+			cl.Status.Upgrade = fresh.Status.Upgrade
+			if step = NextUpgradeStep(target, running, cl.Status.Upgrade); step == "" {
+				return 0, false
+			}
+		}
+	}
 	now := metav1.Now()
 	up := cl.Status.Upgrade
 	if up == nil || up.To != target || up.CompletionTime != nil {
@@ -108,7 +119,9 @@ func (r *Reconciler) reconcileUpgrade(ctx context.Context, cl *fkev1.Cluster, sp
 	}
 	up.Step, up.Message = step, ""
 	setUpgrading(cl, metav1.ConditionTrue, stepReason(step), describeStep(step, up))
-	flush()
+	if step != StepAddons {
+		flush() // a long step: show it while it runs
+	}
 
 	var err error
 	switch step {
@@ -194,4 +207,30 @@ func BackupRecords(kept []backup.Snapshot) []fkev1.BackupRecord {
 		out = append(out, fkev1.BackupRecord{Name: s.Name, Time: metav1.NewTime(s.Time), Size: s.Size, SHA256: s.SHA256, Revision: s.Revision})
 	}
 	return out
+}
+
+// autoUpgrade starts the upgrade spec.autoUpgrade asks for when the
+// maintenance window is open, by setting spec.version (as a user would).
+// It reports whether it started one, and else when the window opens when
+// an upgrade waits for it (0: none is due).
+func (r *Reconciler) autoUpgrade(ctx context.Context, cl *fkev1.Cluster, now time.Time) (started bool, opens time.Duration, err error) {
+	target := maintenance.AutoUpgradeTarget(cl.Spec.Version, cl.Spec.AutoUpgrade)
+	if target == "" {
+		return false, 0, nil
+	}
+	open, boundary, err := maintenance.Open(cl.Spec.Maintenance, now)
+	if err != nil {
+		return false, 0, err
+	}
+	if !open {
+		return false, boundary.Sub(now), nil
+	}
+	from := cl.Spec.Version
+	patch := client.MergeFrom(cl.DeepCopy())
+	cl.Spec.Version = target
+	if err := r.Client.Patch(ctx, cl, patch); err != nil {
+		return false, 0, fmt.Errorf("starting the automatic upgrade to %s: %w", target, err)
+	}
+	r.Recorder.Eventf(cl, nil, corev1.EventTypeNormal, "AutoUpgrade", "Upgrade", "automatic upgrade (%s) from %s to %s, inside the maintenance window", cl.Spec.AutoUpgrade, from, target)
+	return true, 0, nil
 }
