@@ -408,3 +408,63 @@ func nodeGone(t *testing.T, e *testenv.Env, other *fkev1.Cluster, node corev1.No
 		return nil
 	})
 }
+
+// testStoppedKubeletRepaired stops (SIGSTOP) the kubelet of the one node of
+// pool demo/cpu, whose repair gives a node 5 s of NotReady: once the node
+// controller marks it NotReady (50 s grace), the machine is replaced by a
+// new Ready node, with a Repairing event, and nothing of the old node is
+// left running.
+func testStoppedKubeletRepaired(t *testing.T, e *testenv.Env, cs kubernetes.Interface) {
+	ctx := t.Context()
+	key := client.ObjectKey{Namespace: "default", Name: fkev1.NodePoolObjectName("demo", "cpu")}
+	c := e.Client()
+	var pool fkev1.NodePool
+	if err := c.Get(ctx, key, &pool); err != nil {
+		t.Fatal(err)
+	}
+	patch := client.MergeFrom(pool.DeepCopy())
+	pool.Spec.Repair = fkev1.NodePoolRepair{NodeUnhealthyTimeout: &metav1.Duration{Duration: 5 * time.Second}}
+	if err := c.Patch(ctx, &pool, patch); err != nil {
+		t.Fatal(err)
+	}
+	old := oneReadyNode(t, cs, versions.Default)
+	pid := kubeletPid(t, old.Name)
+	if pid == 0 {
+		t.Fatalf("no kubelet of node %s", old.Name)
+	}
+	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = syscall.Kill(pid, syscall.SIGCONT) }) // gone with its node when repaired
+	start := time.Now()
+	testenv.Eventually(t, 3*time.Minute, "node "+old.Name+" replaced by a Ready node", func() error {
+		list, err := cs.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return err
+		}
+		for i := range list.Items {
+			if n := &list.Items[i]; n.Name != old.Name && nodeutil.NodeReady(n) && len(list.Items) == 1 {
+				return nil
+			}
+		}
+		return fmt.Errorf("%d nodes, no new Ready one yet", len(list.Items))
+	})
+	t.Logf("FIGURE kubelet stopped -> replacement node Ready (50 s grace, 5 s repair timeout): %s", time.Since(start).Round(100*time.Millisecond))
+	var events corev1.EventList
+	if err := c.List(ctx, &events, client.InNamespace("default")); err != nil {
+		t.Fatal(err)
+	}
+	repaired := false
+	for _, ev := range events.Items {
+		repaired = repaired || (ev.Reason == fkev1.ConditionRepairing && strings.Contains(ev.Message, fkev1.ReasonNodeNotReady))
+	}
+	if !repaired {
+		t.Errorf("no Repairing event naming %s", fkev1.ReasonNodeNotReady)
+	}
+	testenv.Eventually(t, time.Minute, "no process of node "+old.Name, func() error {
+		if pids := processesOf(t, old.Name); len(pids) > 0 {
+			return fmt.Errorf("processes %v left", pids)
+		}
+		return nil
+	})
+}
