@@ -116,7 +116,7 @@ func BenchmarkGPUMetrics(b *testing.B) {
 		b.Log(s)
 	}
 	b.Logf("load step -> first HPA scale %s, 8 Running %s, 8 GPU nodes Ready %s; fke's own share %s over %d steps (max %s per step); HPA sync period 15s",
-		tl.firstStep, tl.running, tl.nodesReady, tl.own, len(tl.steps), tl.maxOwn)
+		tl.firstStep, tl.running, tl.nodesReady, tl.own, tl.hpaSteps, tl.maxOwn)
 
 	// 3. Memory.
 	dir := filepath.Join(e.DataDir, "clusters", "default", "bench", "addons", addons.GPUMetricsName)
@@ -168,6 +168,7 @@ type scaleTimeline struct {
 	// own sums, over the HPA's scale steps, the time from the step to its
 	// pods Running; maxOwn is the longest step.
 	own, maxOwn time.Duration
+	hpaSteps    int
 	steps       []string
 }
 
@@ -199,6 +200,7 @@ func followScaleUp(b *testing.B, cs kubernetes.Interface, want int32) scaleTimel
 			if tl.firstStep == 0 {
 				tl.firstStep = now
 			}
+			tl.hpaSteps++
 			tl.steps = append(tl.steps, fmt.Sprintf("%6.2fs HPA: %d -> %d replicas", now.Seconds(), replicas, spec))
 			replicas, stepAt, stepOpen = spec, now, true
 		}
@@ -215,7 +217,7 @@ func followScaleUp(b *testing.B, cs kubernetes.Interface, want int32) scaleTimel
 		if running == want && tl.running == 0 {
 			tl.running = now
 		}
-		if tl.running > 0 && tl.nodesReady == 0 {
+		if tl.nodesReady == 0 {
 			nodes, err := cs.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: fkev1.LabelNodePool + "=gpu"})
 			if err != nil {
 				b.Fatal(err)
@@ -228,6 +230,7 @@ func followScaleUp(b *testing.B, cs kubernetes.Interface, want int32) scaleTimel
 			}
 			if ready >= int(want) {
 				tl.nodesReady = now
+				tl.steps = append(tl.steps, fmt.Sprintf("%6.2fs %d GPU nodes Ready", now.Seconds(), ready))
 			}
 		}
 		if tl.running > 0 && tl.nodesReady > 0 {
