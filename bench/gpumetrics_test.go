@@ -29,15 +29,17 @@ import (
 //  1. the adapter's answer time for DCGM_FI_DEV_GPU_UTIL of 1,000 pods (one
 //     Deployment of 1,000 one-GPU pods on 125 gpu-h100x8 nodes), through the
 //     tenant API server's aggregation layer, as an HPA asks it;
+//
 //  2. an HPA at 60 % on an inference Deployment (one GPU per pod) on a
 //     gpu-l4x1 pool autoscaled from 0: the time from the load step (0.3 →
 //     4.5 GPU-equivalents) to each HPA scale step, to 8 replicas Running and
 //     to 8 GPU nodes Ready, and how much of it is fke's own (from a scale
 //     step of the HPA to its new pods Running: node autoscaler, kwok,
 //     scheduler) rather than waiting for HPA's next sync;
+//
 //  3. the adapter's resident memory.
 //
-//	go test ./bench -run '^$' -bench GPUMetrics -benchtime 1x -timeout 30m -v
+//     go test ./bench -run '^$' -bench GPUMetrics -benchtime 1x -timeout 30m -v
 func BenchmarkGPUMetrics(b *testing.B) {
 	e := testenv.Up(b)
 	ctx := context.Background()
@@ -84,6 +86,15 @@ func BenchmarkGPUMetrics(b *testing.B) {
 	if err := cs.AppsV1().Deployments("default").Delete(ctx, "load", metav1.DeleteOptions{}); err != nil {
 		b.Fatal(err)
 	}
+	// The chain is timed on a quiet cluster: deleting 1,000 pods keeps
+	// kube-scheduler, kwok and the 2 cores busy for a while.
+	waitFor(b, 5*time.Minute, "the 1,000 pods gone", func() (bool, string) {
+		_, total, err := countRunning(ctx, cs, "app=load")
+		if err != nil {
+			return false, err.Error()
+		}
+		return total == 0, fmt.Sprintf("%d left", total)
+	})
 
 	// 2. The HPA chain.
 	infer := simulatedGPUDeployment("infer", "0.3", 1, "gpu")

@@ -201,3 +201,26 @@ func TestProviderGetMetricByName(t *testing.T) {
 		t.Error("a metric for a pod without load")
 	}
 }
+
+// BenchmarkProvider1000Pods: the provider's own time for one HPA query of
+// 1,000 simulated pods of one Deployment (no API server, no encoding).
+//
+//	go test ./internal/gpumetrics -run '^$' -bench Provider1000Pods
+func BenchmarkProvider1000Pods(b *testing.B) {
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "gpu-1", Labels: map[string]string{labelGPUMemory: "81920"}}}
+	deploy := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: "infer", Namespace: "default", Annotations: map[string]string{fkev1.AnnotationSimulateGPULoad: "600"}}}
+	rs := &appsv1.ReplicaSet{ObjectMeta: metav1.ObjectMeta{Name: "infer-1", Namespace: "default", OwnerReferences: controller("Deployment", "infer")}}
+	objs := []any{node, deploy, rs}
+	for i := range 1000 {
+		objs = append(objs, gpuPod(fmt.Sprintf("p%d", i), controller("ReplicaSet", "infer-1"), true, 1, nil))
+	}
+	p := testProvider(nil, objs...)
+	sel := labels.SelectorFromSet(labels.Set{"app": "infer"})
+	b.ResetTimer()
+	for b.Loop() {
+		list, err := p.GetMetricBySelector(context.Background(), "default", sel, info(GPUUtil), labels.Everything())
+		if err != nil || len(list.Items) != 1000 || list.Items[0].Value.String() != "60" {
+			b.Fatalf("%d items, %v", len(list.Items), err)
+		}
+	}
+}
