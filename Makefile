@@ -16,7 +16,7 @@ help: ## list the targets
 
 all: build binaries ## build fke and the upstream binaries
 
-build: ## build fke, fke-manager, fke-gpu-agent, fke-pause and fke-demo-server into _output/bin
+build: ## build fke, fke-manager, fke-gpu-agent, fke-gpu-metrics, fke-pause and fke-demo-server into _output/bin
 	@mkdir -p $(BIN)
 	$(GO) build -o $(BIN)/ ./cmd/...
 
@@ -64,4 +64,4 @@ bench: build binaries ## benchmarks; see bench/README.md
 	$(GO) test -run '^$$' -bench . -benchtime 1x -timeout 60m ./bench/...
 
 clean: ## remove build outputs (keeps the upstream binaries cache)
-	rm -f $(BIN)/fke $(BIN)/fke-manager $(BIN)/fke-gpu-agent
+	rm -f $(BIN)/fke $(BIN)/fke-manager $(BIN)/fke-gpu-agent $(BIN)/fke-gpu-metrics

@@ -53,7 +53,7 @@ func BenchmarkClusterCreate(b *testing.B) {
 		mb, addons := clusterRSSMB(b, e.DataDir, fmt.Sprintf("bench-0-%d", j))
 		total += mb
 		totalAddons += addons
-		b.Logf("cluster bench-0-%d: %.0f MB RSS, addons (metrics-server) %.0f MB", j, mb, addons)
+		b.Logf("cluster bench-0-%d: %.0f MB RSS, addons (metrics-server, gpu-metrics) %.0f MB", j, mb, addons)
 	}
 	b.ReportMetric(total/clusters, "MB-rss-per-cluster")
 	b.ReportMetric(totalAddons/clusters, "MB-rss-addons-per-cluster")
@@ -92,7 +92,7 @@ func waitReadyz(b *testing.B, c client.Client, name string) {
 
 // clusterRSSMB sums VmRSS of the processes whose command line names the
 // cluster's data directory: the four control-plane components, and apart
-// the addon processes beside them (metrics-server).
+// the addon processes beside them (metrics-server, gpu-metrics).
 func clusterRSSMB(b *testing.B, dataDir, name string) (controlPlane, addons float64) {
 	b.Helper()
 	dir := filepath.Join(dataDir, "clusters", "default", name) + "/"

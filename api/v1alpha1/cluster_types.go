@@ -182,9 +182,11 @@ type ClusterAddons struct {
 	// +kubebuilder:default={}
 	// +optional
 	MetricsServer MetricsServerAddon `json:"metricsServer,omitempty"`
-	// GPUMetrics will serve GPU metrics under their DCGM names on the custom
-	// metrics API (custom.metrics.k8s.io) for HorizontalPodAutoscalers. Not
-	// available yet: it stays off and enabling it is refused.
+	// GPUMetrics serves per-pod GPU metrics under their DCGM names
+	// (DCGM_FI_DEV_GPU_UTIL, ...) on the custom metrics API
+	// (custom.metrics.k8s.io), which HorizontalPodAutoscalers read. On by
+	// default.
+	// +kubebuilder:default={}
 	// +optional
 	GPUMetrics GPUMetricsAddon `json:"gpuMetrics,omitempty"`
 	// VerticalPodAutoscaler will install the upstream VPA (recommender,
@@ -206,13 +208,19 @@ type MetricsServerAddon struct {
 // IsEnabled reports whether metrics-server runs: Enabled, true when unset.
 func (a MetricsServerAddon) IsEnabled() bool { return a.Enabled == nil || *a.Enabled }
 
-// GPUMetricsAddon configures the GPU custom-metrics adapter (not available yet).
-// +kubebuilder:validation:XValidation:rule="!has(self.enabled) || !self.enabled",message="the GPU metrics addon is not available yet in this fke; leave gpuMetrics.enabled false"
+// GPUMetricsAddon configures fke's GPU custom-metrics adapter
+// (fke-gpu-metrics, built on sigs.k8s.io/custom-metrics-apiserver).
 type GPUMetricsAddon struct {
-	// Enabled must stay false until the adapter is available.
+	// Enabled runs the adapter for the cluster (default true); false
+	// removes it and its APIService.
+	// +kubebuilder:default=true
 	// +optional
-	Enabled bool `json:"enabled,omitempty"`
+	Enabled *bool `json:"enabled,omitempty"`
 }
+
+// IsEnabled reports whether the GPU metrics adapter runs: Enabled, true
+// when unset.
+func (a GPUMetricsAddon) IsEnabled() bool { return a.Enabled == nil || *a.Enabled }
 
 // VerticalPodAutoscalerAddon configures the upstream VPA (not available yet).
 // +kubebuilder:validation:XValidation:rule="!has(self.enabled) || !self.enabled",message="the VerticalPodAutoscaler addon is not available yet in this fke; leave verticalPodAutoscaler.enabled false"
@@ -288,6 +296,9 @@ type ClusterPorts struct {
 	Scheduler         int32 `json:"scheduler,omitempty"`
 	// MetricsServer is the port metrics-server serves on beside the control plane.
 	MetricsServer int32 `json:"metricsServer,omitempty"`
+	// GPUMetrics is the port the GPU metrics adapter serves on beside the
+	// control plane.
+	GPUMetrics int32 `json:"gpuMetrics,omitempty"`
 }
 
 // ClusterStatus is the observed state of a Cluster.

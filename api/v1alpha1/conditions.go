@@ -94,6 +94,12 @@ const (
 	// AnnotationRenamedFrom on a NodePool names the pool object it was
 	// renamed from when per-cluster pool names came in.
 	AnnotationRenamedFrom = "fke.dev/renamed-from"
+	// AnnotationSimulateGPULoad on a Deployment, StatefulSet, ReplicaSet or
+	// pod is the GPU load offered to it, in GPU-equivalents (a decimal such
+	// as "4.5"): the GPU metrics addon spreads it over the workload's Ready
+	// pods to simulate their GPU metrics where no GPU agent reports them
+	// (kwok nodes).
+	AnnotationSimulateGPULoad = "fke.dev/simulate-gpu-load"
 	// ClusterFinalizer guards the cleanup of a Cluster's control plane and data.
 	ClusterFinalizer = "fke.dev/cluster"
 	// NodePoolFinalizer guards the removal of a NodePool's Machines.

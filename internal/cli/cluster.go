@@ -53,14 +53,15 @@ func validateName(kind, name string) error {
 
 func newClusterCreateCmd(g *globals) *cobra.Command {
 	var (
-		version  string
-		wait     bool
-		timeout  time.Duration
-		pools    []string
-		expander string
-		metrics  bool
-		auto     string
-		window   string
+		version    string
+		wait       bool
+		timeout    time.Duration
+		pools      []string
+		expander   string
+		metrics    bool
+		gpuMetrics bool
+		auto       string
+		window     string
 
 		podCIDR, serviceCIDR string
 	)
@@ -111,7 +112,8 @@ func newClusterCreateCmd(g *globals) *cobra.Command {
 					Version:     version,
 					Network:     fkev1.ClusterNetwork{PodCIDR: podCIDR, ServiceCIDR: serviceCIDR},
 					Autoscaling: fkev1.ClusterAutoscaling{Expander: fkev1.Expander(expander)},
-					Addons:      fkev1.ClusterAddons{MetricsServer: fkev1.MetricsServerAddon{Enabled: &metrics}},
+					Addons: fkev1.ClusterAddons{MetricsServer: fkev1.MetricsServerAddon{Enabled: &metrics},
+						GPUMetrics: fkev1.GPUMetricsAddon{Enabled: &gpuMetrics}},
 					AutoUpgrade: fkev1.AutoUpgradePolicy(auto),
 					Maintenance: mw,
 				},
@@ -142,6 +144,7 @@ func newClusterCreateCmd(g *globals) *cobra.Command {
 	cmd.Flags().StringVar(&version, "version", versions.Default, "Kubernetes version of the control plane (`fke versions` lists them)")
 	cmd.Flags().BoolVar(&wait, "wait", false, "wait until the cluster (and its node pools) are Ready")
 	cmd.Flags().BoolVar(&metrics, "metrics-server", true, "run metrics-server for the cluster (kubectl top, HPAs on CPU and memory); --metrics-server=false to leave it out")
+	cmd.Flags().BoolVar(&gpuMetrics, "gpu-metrics", true, "run the GPU metrics adapter for the cluster (custom.metrics.k8s.io: HPAs on DCGM_FI_DEV_GPU_UTIL, ...); --gpu-metrics=false to leave it out")
 	cmd.Flags().StringVar(&expander, "expander", string(fkev1.ExpanderLeastWaste), "node autoscaler expander: least-waste, price, priority or random")
 	cmd.Flags().StringArrayVar(&pools, "nodepool", nil, "add a node pool: name=N,type=T,replicas=R or name=N,type=T,min=A,max=B (repeatable)")
 	cmd.Flags().StringVar(&auto, "auto-upgrade", string(fkev1.AutoUpgradeNone), "upgrades fke starts on its own inside the maintenance window: none, patch or minor")
@@ -428,7 +431,7 @@ func printAddons(out io.Writer, cl *fkev1.Cluster) error {
 		on   bool
 	}{
 		{addons.MetricsServerName, cl.Spec.Addons.MetricsServer.IsEnabled()},
-		{"gpu-metrics", cl.Spec.Addons.GPUMetrics.Enabled},
+		{addons.GPUMetricsName, cl.Spec.Addons.GPUMetrics.IsEnabled()},
 		{"vertical-pod-autoscaler", cl.Spec.Addons.VerticalPodAutoscaler.Enabled},
 	} {
 		switch {

@@ -43,6 +43,11 @@ const (
 	// MetricsServerClient is metrics-server's client certificate, for the
 	// API server and the kubelets it scrapes.
 	MetricsServerClient = "metrics-server-client"
+	// GPUMetrics is the GPU metrics adapter's serving certificate, for the
+	// name the aggregator checks (GPUMetricsServiceName).
+	GPUMetrics = "gpu-metrics"
+	// GPUMetricsClient is the GPU metrics adapter's client certificate.
+	GPUMetricsClient = "gpu-metrics-client"
 	// LoopbackKubelet is the serving certificate of a kubelet API served on
 	// loopback for simulated nodes (kwok's), so that metrics-server, which
 	// checks kubelets against the cluster CA, accepts it.
@@ -81,6 +86,10 @@ const (
 	MetricsServerKeyFile           = MetricsServer + ".key"
 	MetricsServerClientCertFile    = MetricsServerClient + ".crt"
 	MetricsServerClientKeyFile     = MetricsServerClient + ".key"
+	GPUMetricsCertFile             = GPUMetrics + ".crt"
+	GPUMetricsKeyFile              = GPUMetrics + ".key"
+	GPUMetricsClientCertFile       = GPUMetricsClient + ".crt"
+	GPUMetricsClientKeyFile        = GPUMetricsClient + ".key"
 	// SAKeyFile is the service-account signing key (PKCS#8 PEM).
 	SAKeyFile = "sa.key"
 	// SAPubFile is the service-account public key (PKIX PEM).
@@ -102,6 +111,11 @@ const (
 	// MetricsServerServiceName is the DNS name under which the tenant's
 	// aggregator reaches metrics-server: <Service>.<namespace>.svc.
 	MetricsServerServiceName = "metrics-server.kube-system.svc"
+	// GPUMetricsUser is the user the GPU metrics adapter acts as.
+	GPUMetricsUser = "fke:gpu-metrics"
+	// GPUMetricsServiceName is the DNS name under which the tenant's
+	// aggregator reaches the GPU metrics adapter.
+	GPUMetricsServiceName = "fke-gpu-metrics.kube-system.svc"
 	// EtcdPeerCommonName is the subject of the etcd peer certificate, the
 	// only one etcd's peer port accepts (--peer-cert-allowed-cn).
 	EtcdPeerCommonName = "etcd-peer"
@@ -183,6 +197,10 @@ var leaves = []leaf{
 		return CertSpec{CommonName: MetricsServerServiceName, DNSNames: []string{MetricsServerServiceName}, Usages: UsageServer}
 	}},
 	{MetricsServerClient, CA, client(MetricsServerUser)},
+	{GPUMetrics, CA, func(ControlPlaneSpec) CertSpec {
+		return CertSpec{CommonName: GPUMetricsServiceName, DNSNames: []string{GPUMetricsServiceName}, Usages: UsageServer}
+	}},
+	{GPUMetricsClient, CA, client(GPUMetricsUser)},
 	{LoopbackKubelet, CA, func(ControlPlaneSpec) CertSpec {
 		return CertSpec{CommonName: "loopback-kubelet", DNSNames: []string{"localhost"}, IPs: []net.IP{net.IPv4(127, 0, 0, 1)}, Usages: UsageServer}
 	}},

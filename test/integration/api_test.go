@@ -67,8 +67,6 @@ func TestAPIRejectsBadObjects(t *testing.T) {
 		{"service CIDR too large", cluster("s", func(c *fkev1.Cluster) { c.Spec.Network.ServiceCIDR = "10.0.0.0/8" }), "prefix of /12 or longer"},
 		{"unknown runtime", cluster("r", func(c *fkev1.Cluster) { c.Spec.Runtime = "docker" }), `Unsupported value: "docker"`},
 		{"sharing replicas without sharing", cluster("g", func(c *fkev1.Cluster) { c.Spec.Addons.GPUAgent.Replicas = ptr.To[int32](4) }), "replicas > 1 needs sharing"},
-		{"GPU metrics addon not available yet", cluster("gm", func(c *fkev1.Cluster) { c.Spec.Addons.GPUMetrics.Enabled = true }),
-			"the GPU metrics addon is not available yet in this fke"},
 		{"VPA addon not available yet", cluster("vpa", func(c *fkev1.Cluster) { c.Spec.Addons.VerticalPodAutoscaler.Enabled = true }),
 			"the VerticalPodAutoscaler addon is not available yet in this fke"},
 		{"min greater than max", pool(func(p *fkev1.NodePool) {
@@ -221,6 +219,9 @@ func TestAPIRejectsBadObjects(t *testing.T) {
 	}
 	if cl.Spec.Version != "v1.37.2" || cl.Spec.Runtime != fkev1.RuntimeLocal || cl.Spec.Network.ServiceCIDR != "10.96.0.0/16" {
 		t.Fatalf("defaults not applied: %+v", cl.Spec)
+	}
+	if a := cl.Spec.Addons; a.MetricsServer.Enabled == nil || !*a.MetricsServer.Enabled || a.GPUMetrics.Enabled == nil || !*a.GPUMetrics.Enabled {
+		t.Fatalf("metrics-server and GPU metrics are not on by default: %+v", a)
 	}
 	// The manager picks a free pod range and records it, once.
 	testenv.Eventually(t, 30*time.Second, "pod range picked", func() error {

@@ -16,6 +16,7 @@ import (
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -27,6 +28,7 @@ import (
 	"fke.dev/fke/internal/demoserver"
 	"fke.dev/fke/internal/gpu/labels"
 	gpunode "fke.dev/fke/internal/gpu/node"
+	"fke.dev/fke/internal/gpumetrics"
 	"fke.dev/fke/internal/image"
 	"fke.dev/fke/internal/manager"
 	"fke.dev/fke/internal/nodetemplate"
@@ -77,6 +79,47 @@ func TestLocalGPUNodes(t *testing.T) {
 		if got := demoGPUs(t, none); len(got) != 0 {
 			t.Errorf("the pod without GPUs sees %v", got)
 		}
+	})
+	t.Run("the GPU metrics adapter serves a pod's GPUs as its agent reports them", func(t *testing.T) {
+		pod := gpuPod(t, cs, "metered", node.Name, demo, 2)
+		gpus := demoGPUs(t, pod)
+		if len(gpus) != 2 {
+			t.Fatalf("the pod sees GPUs %v", gpus)
+		}
+		agent := agentPod(t, cs, node.Name)
+		start := time.Now()
+		httpPost(t, fmt.Sprintf("http://%s:9400/mock/utilization?uuid=%s&gpu=90", agent.Status.PodIP, gpus[0]))
+		httpPost(t, fmt.Sprintf("http://%s:9400/mock/utilization?uuid=%s&gpu=30", agent.Status.PodIP, gpus[1]))
+		// Mean over the pod's two GPUs: utilization (90+30)/2, memory copy (45+15)/2.
+		for metric, want := range map[string]string{gpumetrics.GPUUtil: "60", gpumetrics.MemCopyUtil: "30"} {
+			testenv.Eventually(t, time.Minute, metric+" of the pod from its agent", func() error {
+				raw, err := cs.CoreV1().RESTClient().Get().
+					AbsPath("/apis/custom.metrics.k8s.io/v1beta2/namespaces/default/pods/metered/" + metric).DoRaw(t.Context())
+				if err != nil {
+					return err
+				}
+				var list struct {
+					Items []struct{ Value string } `json:"items"`
+				}
+				if err := json.Unmarshal(raw, &list); err != nil {
+					return err
+				}
+				if len(list.Items) != 1 || list.Items[0].Value != want {
+					return fmt.Errorf("%s", raw)
+				}
+				return nil
+			})
+		}
+		t.Logf("FIGURE utilization set on the mock GPUs -> served for the pod by the adapter: %s (agents scraped every 5s)", time.Since(start).Round(10*time.Millisecond))
+		if err := cs.CoreV1().Pods("default").Delete(t.Context(), "metered", metav1.DeleteOptions{GracePeriodSeconds: new(int64)}); err != nil {
+			t.Fatal(err)
+		}
+		testenv.Eventually(t, time.Minute, "the metered pod gone", func() error {
+			if _, err := cs.CoreV1().Pods("default").Get(t.Context(), "metered", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+				return fmt.Errorf("still there (%v)", err)
+			}
+			return nil
+		})
 	})
 	t.Run("a Job asking for 8 GPUs waits until the 2-GPU pod is gone", func(t *testing.T) {
 		job := gpuJob(t, cs, "eight", 8)

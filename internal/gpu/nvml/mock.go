@@ -30,6 +30,7 @@ type Mock struct {
 
 	mu        sync.Mutex
 	lost      map[string]bool
+	util      map[string]uint32
 	sets      []*mockEventSet
 	createErr gonvml.Return
 	migs      map[migKey]*nvmlmock.Device
@@ -61,7 +62,7 @@ func NewMock(name, seed string) (*Mock, error) {
 	if srv == nil {
 		return nil, fmt.Errorf("building NVML mock %q", name)
 	}
-	m := &Mock{srv: srv, seed: seed, lost: map[string]bool{}, migs: map[migKey]*nvmlmock.Device{}, createErr: gonvml.SUCCESS}
+	m := &Mock{srv: srv, seed: seed, lost: map[string]bool{}, util: map[string]uint32{}, migs: map[migKey]*nvmlmock.Device{}, createErr: gonvml.SUCCESS}
 	n := len(srv.Devices)
 	for i, h := range srv.Devices {
 		d := h.(*server.Device)
@@ -111,6 +112,9 @@ func (m *Mock) decorate(d *server.Device, i, n int) {
 	d.GetUtilizationRatesFunc = func() (gonvml.Utilization, gonvml.Return) {
 		if m.isLost(d.UUID) {
 			return gonvml.Utilization{}, gonvml.ERROR_GPU_IS_LOST
+		}
+		if u, ok := m.utilization(d.UUID); ok {
+			return gonvml.Utilization{Gpu: u, Memory: u / 2}, gonvml.SUCCESS
 		}
 		return gonvml.Utilization{Gpu: uint32(10*i) % 100, Memory: uint32(5*i) % 100}, gonvml.SUCCESS
 	}
@@ -273,6 +277,26 @@ func (m *Mock) SetLost(uuid string, lost bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.lost[uuid] = lost
+}
+
+// SetUtilization makes the GPU report gpu percent utilization (and half
+// that memory-copy utilization) instead of its fixed figure, as a GPU under
+// that load would; ok is false for a GPU the mock does not have.
+func (m *Mock) SetUtilization(uuid string, gpu uint32) (ok bool) {
+	if !m.known(uuid) {
+		return false
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.util[uuid] = min(gpu, 100)
+	return true
+}
+
+func (m *Mock) utilization(uuid string) (uint32, bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	u, ok := m.util[uuid]
+	return u, ok
 }
 
 func (m *Mock) isLost(uuid string) bool {

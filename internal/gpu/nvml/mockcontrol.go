@@ -14,6 +14,7 @@ import (
 //	POST /mock/xid?uuid=GPU-...&xid=79   an XID event on that GPU
 //	POST /mock/lost?uuid=GPU-...&lost=true|false   the GPU falls off the bus (or returns)
 //	POST /mock/events?fail=true|false   NVML event delivery breaks (or works again)
+//	POST /mock/utilization?uuid=GPU-...&gpu=70   the GPU runs at 70 % from now on
 //
 // Other paths go to next.
 func MockControl(m *Mock, next http.Handler) http.Handler {
@@ -41,6 +42,15 @@ func MockControl(m *Mock, next http.Handler) http.Handler {
 		}
 		m.SetLost(uuid, lost)
 		fmt.Fprintf(w, "%s lost=%v\n", uuid, lost)
+	})
+	mux.HandleFunc("POST /mock/utilization", func(w http.ResponseWriter, r *http.Request) {
+		uuid := r.URL.Query().Get("uuid")
+		gpu, err := strconv.ParseUint(r.URL.Query().Get("gpu"), 10, 32)
+		if err != nil || gpu > 100 || !m.SetUtilization(uuid, uint32(gpu)) {
+			http.Error(w, "want ?uuid=<GPU UUID of this node>&gpu=<0-100>", http.StatusBadRequest)
+			return
+		}
+		fmt.Fprintf(w, "%s at %d%%\n", uuid, gpu)
 	})
 	mux.HandleFunc("POST /mock/events", func(w http.ResponseWriter, r *http.Request) {
 		fail, err := strconv.ParseBool(r.URL.Query().Get("fail"))

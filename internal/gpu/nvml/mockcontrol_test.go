@@ -59,7 +59,15 @@ func TestMockControl(t *testing.T) {
 	} else {
 		s2.Close()
 	}
-	for _, bad := range []string{"/mock/events?fail=sometimes", "/mock/xid?uuid=" + uuid, "/mock/xid?uuid=GPU-none&xid=79", "/mock/lost?uuid=GPU-none&lost=true", "/mock/lost?uuid=" + uuid + "&lost=maybe"} {
+	other := m.UUIDs()[1]
+	if code := post("/mock/utilization?uuid=" + other + "&gpu=70"); code != http.StatusOK {
+		t.Fatalf("utilization: %d", code)
+	}
+	if sm, err := m.Sample(ctx, other); err != nil || sm.GPUUtil != 70 || sm.MemCopyUtil != 35 {
+		t.Errorf("sample after utilization=70: %+v, %v", sm, err)
+	}
+	for _, bad := range []string{"/mock/utilization?uuid=" + other + "&gpu=101", "/mock/utilization?uuid=GPU-none&gpu=5", "/mock/utilization?uuid=" + other,
+		"/mock/events?fail=sometimes", "/mock/xid?uuid=" + uuid, "/mock/xid?uuid=GPU-none&xid=79", "/mock/lost?uuid=GPU-none&lost=true", "/mock/lost?uuid=" + uuid + "&lost=maybe"} {
 		if code := post(bad); code < 400 || code >= 500 {
 			t.Errorf("%s: %d, want a client error", bad, code)
 		}
