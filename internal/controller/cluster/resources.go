@@ -40,12 +40,12 @@ func portsFromStatus(p fkev1.ClusterPorts) controlplane.Ports {
 
 // portFields lists the loopback ports of a cluster, in allocation order.
 func portFields(p *fkev1.ClusterPorts) []*int32 {
-	return []*int32{&p.APIServer, &p.EtcdClient, &p.EtcdPeer, &p.ControllerManager, &p.Scheduler, &p.MetricsServer, &p.GPUMetrics}
+	return []*int32{&p.APIServer, &p.EtcdClient, &p.EtcdPeer, &p.ControllerManager, &p.Scheduler, &p.MetricsServer, &p.GPUMetrics, &p.VPAWebhook}
 }
 
 // ensurePorts allocates the cluster's loopback ports once and persists them in
 // status right away, so a restarted manager reuses them (same endpoint).
-// Ports added by a later fke (metrics-server's, the GPU metrics adapter's) are allocated for existing
+// Ports added by a later fke (metrics-server's, the GPU metrics adapter's, the VPA webhook's) are allocated for existing
 // clusters the same way, leaving the others as they are.
 func (r *Reconciler) ensurePorts(ctx context.Context, cl *fkev1.Cluster) error {
 	var missing []*int32
