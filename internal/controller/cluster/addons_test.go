@@ -181,7 +181,10 @@ func (f *fakeAddon) Remove(context.Context, *rest.Config) error {
 func TestReconcileAddons(t *testing.T) {
 	ready := controlplane.ComponentStatus{Name: "fake", Running: true, Ready: true, PID: 1}
 	starting := controlplane.ComponentStatus{Name: "fake", Running: true, PID: 1}
-	named := func(s controlplane.ComponentStatus, name string) controlplane.ComponentStatus { s.Name = name; return s }
+	named := func(s controlplane.ComponentStatus, name string) controlplane.ComponentStatus {
+		s.Name = name
+		return s
+	}
 	two := []string{"a", "b"}
 	for _, tc := range []struct {
 		name      string
