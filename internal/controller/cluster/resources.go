@@ -122,11 +122,11 @@ func (r *Reconciler) ensurePKI(ctx context.Context, cl *fkev1.Cluster) (pki.Bund
 		// A cluster made from a backup takes the CAs and keys of the
 		// cluster the snapshot was taken of: its objects (service-account
 		// tokens, Secrets encrypted at rest) are only valid with them.
-		src := &corev1.Secret{}
-		if err := r.Client.Get(ctx, client.ObjectKey{Namespace: cl.Namespace, Name: pkiSecretName(cl.Spec.RestoreFrom.Cluster)}, src); err != nil {
-			return nil, fmt.Errorf("restoring from %s: reading its PKI (the keys its snapshot needs): %w", cl.Spec.RestoreFrom.Cluster, err)
+		src, err := r.restoreSeed(ctx, cl.Namespace, cl.Spec.RestoreFrom)
+		if err != nil {
+			return nil, err
 		}
-		seed = pki.Bundle(src.Data)
+		seed = src
 	}
 	bundle, changed, err := pki.EnsureBundle(seed, pki.ControlPlaneSpec{
 		ClusterName:  cl.Name,
