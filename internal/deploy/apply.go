@@ -1,0 +1,548 @@
+package deploy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/cli-runtime/pkg/genericclioptions"
+	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/discovery/cached/memory"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/restmapper"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+	"k8s.io/klog/v2"
+	cmdutil "k8s.io/kubectl/pkg/cmd/util"
+	"sigs.k8s.io/cli-utils/pkg/apply"
+	"sigs.k8s.io/cli-utils/pkg/apply/event"
+	"sigs.k8s.io/cli-utils/pkg/common"
+	"sigs.k8s.io/cli-utils/pkg/inventory"
+	"sigs.k8s.io/cli-utils/pkg/kstatus/status"
+	"sigs.k8s.io/cli-utils/pkg/manifestreader"
+	"sigs.k8s.io/cli-utils/pkg/object"
+)
+
+// FieldManager is the server-side apply field manager of everything fke
+// deploy applies.
+const FieldManager = "fke"
+
+func init() {
+	// cli-utils and kubectl log through klog; the applier reports through
+	// its events instead.
+	klog.SetOutput(io.Discard)
+	klog.LogToStderr(false)
+}
+
+// Options say how Apply applies.
+type Options struct {
+	// Release names the inventory (and the revisions) the objects belong to.
+	Release string
+	// Namespace is given to namespaced objects that have none.
+	Namespace string
+	// Prune deletes objects of the inventory that are not applied now.
+	Prune bool
+	// DryRun sends everything as a server-side dry run and changes nothing;
+	// the result carries a diff per object.
+	DryRun bool
+	// Wait waits up to Timeout until every object is Current.
+	Wait    bool
+	Timeout time.Duration
+	// Progress, if set, is told of each step as it happens (from one
+	// goroutine at a time).
+	Progress func(Progress)
+}
+
+// Progress is one step of an apply, as a CLI prints it.
+type Progress struct {
+	Object string `json:"object"`
+	// Action is applied, pruned, ready, failed, waiting or problem.
+	Action  string `json:"action"`
+	Message string `json:"message,omitempty"`
+}
+
+// ObjectResult is what happened to one object.
+type ObjectResult struct {
+	Object string `json:"object"`
+	// Action is applied, unchanged (dry run), created (dry run), pruned,
+	// failed or skipped.
+	Action string `json:"action"`
+	// Status is the object's kstatus (Current, InProgress, Failed, ...)
+	// when it was waited for.
+	Status   string   `json:"status,omitempty"`
+	Problems []string `json:"problems,omitempty"`
+	Diff     string   `json:"diff,omitempty"`
+	Error    string   `json:"error,omitempty"`
+}
+
+// Result is the outcome of Apply.
+type Result struct {
+	Objects []ObjectResult `json:"objects"`
+	// Ready is true when every object applied (and, with Wait, is Current).
+	Ready bool `json:"ready"`
+}
+
+// NotReadyError is returned when objects failed to apply or did not become
+// Current in time; it lists why, one line per object.
+type NotReadyError struct {
+	Lines []string
+}
+
+func (e *NotReadyError) Error() string {
+	return "not every object is ready:\n  " + strings.Join(e.Lines, "\n  ")
+}
+
+// Cluster is the tenant cluster the applier talks to.
+type Cluster struct {
+	config  *rest.Config
+	getter  *restGetter
+	Client  kubernetes.Interface
+	Dynamic dynamic.Interface
+	Mapper  meta.ResettableRESTMapper
+}
+
+// NewCluster connects to the cluster of cfg (nothing is sent yet).
+func NewCluster(cfg *rest.Config) (*Cluster, error) {
+	cfg = rest.CopyConfig(cfg)
+	if cfg.QPS == 0 {
+		cfg.QPS, cfg.Burst = 50, 100
+	}
+	dc, err := discovery.NewDiscoveryClientForConfig(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("connecting to the cluster: %w", err)
+	}
+	cached := memory.NewMemCacheClient(dc)
+	mapper := restmapper.NewDeferredDiscoveryRESTMapper(cached)
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("connecting to the cluster: %w", err)
+	}
+	dyn, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("connecting to the cluster: %w", err)
+	}
+	return &Cluster{config: cfg, getter: &restGetter{cfg: cfg, disco: cached, mapper: mapper}, Client: cs, Dynamic: dyn, Mapper: mapper}, nil
+}
+
+// restGetter gives kubectl's factory (which cli-utils' inventory client
+// and applier take) the clients made from one rest config.
+type restGetter struct {
+	cfg    *rest.Config
+	disco  discovery.CachedDiscoveryInterface
+	mapper meta.RESTMapper
+}
+
+var _ genericclioptions.RESTClientGetter = (*restGetter)(nil)
+
+func (g *restGetter) ToRESTConfig() (*rest.Config, error) { return rest.CopyConfig(g.cfg), nil }
+func (g *restGetter) ToDiscoveryClient() (discovery.CachedDiscoveryInterface, error) {
+	return g.disco, nil
+}
+func (g *restGetter) ToRESTMapper() (meta.RESTMapper, error) { return g.mapper, nil }
+func (g *restGetter) ToRawKubeConfigLoader() clientcmd.ClientConfig {
+	return clientcmd.NewDefaultClientConfig(*clientcmdapi.NewConfig(), &clientcmd.ConfigOverrides{})
+}
+
+// InventoryName is the name of a release's inventory ConfigMap.
+func InventoryName(release string) string { return "inventory-" + release }
+
+func inventoryInfo(release string) inventory.Info {
+	cm := &unstructured.Unstructured{}
+	cm.SetAPIVersion("v1")
+	cm.SetKind("ConfigMap")
+	cm.SetNamespace(SystemNamespace)
+	cm.SetName(InventoryName(release))
+	cm.SetLabels(map[string]string{common.InventoryLabel: "fke-deploy." + release})
+	return inventory.WrapInventoryInfoObj(cm)
+}
+
+// ObjectName names an object in progress lines: "Kind name" for
+// cluster-scoped objects, "Kind namespace/name" for the others.
+func ObjectName(kind, namespace, name string) string {
+	if namespace == "" {
+		return kind + " " + name
+	}
+	return kind + " " + namespace + "/" + name
+}
+
+func idName(id object.ObjMetadata) string {
+	return ObjectName(id.GroupKind.Kind, id.Namespace, id.Name)
+}
+
+// Apply applies objs to the cluster as release opts.Release (see Options).
+// Objects are copied, not changed. It returns a NotReadyError when an
+// object failed to apply or, with Wait, did not become Current in time.
+func (c *Cluster) Apply(ctx context.Context, objs []*unstructured.Unstructured, opts Options) (*Result, error) {
+	objs = copyObjects(objs)
+	if err := c.setNamespaces(objs, opts.Namespace); err != nil {
+		return nil, err
+	}
+	dry := common.DryRunNone
+	if opts.DryRun {
+		dry = common.DryRunServer
+	} else if err := EnsureNamespace(ctx, c.Client); err != nil {
+		return nil, err
+	}
+	factory := cmdutil.NewFactory(c.getter)
+	invClient, err := inventory.NewClient(factory, inventory.WrapInventoryObj, inventory.InvInfoToConfigMap, inventory.StatusPolicyAll, inventory.ConfigMapGVK)
+	if err != nil {
+		return nil, fmt.Errorf("inventory client: %w", err)
+	}
+	applier, err := apply.NewApplierBuilder().WithFactory(factory).WithInventoryClient(invClient).Build()
+	if err != nil {
+		return nil, fmt.Errorf("applier: %w", err)
+	}
+	ao := apply.ApplierOptions{
+		ServerSideOptions: common.ServerSideOptions{ServerSideApply: true, ForceConflicts: true, FieldManager: FieldManager},
+		EmitStatusEvents:  true,
+		NoPrune:           !opts.Prune,
+		DryRunStrategy:    dry,
+		// Objects that another tool created (kubectl apply, an earlier
+		// helm install) are adopted; those of another fke release are not.
+		InventoryPolicy: inventory.PolicyAdoptIfNoInventory,
+		PruneTimeout:    0,
+	}
+	runCtx := ctx
+	if opts.Wait && !opts.DryRun {
+		ao.ReconcileTimeout = opts.Timeout
+		var cancel context.CancelFunc
+		// The applier's reconcile timeout runs per wait step (CRDs first,
+		// then the rest); the context bounds the whole apply.
+		runCtx, cancel = context.WithTimeout(ctx, opts.Timeout+5*time.Second)
+		defer cancel()
+	}
+	r := &run{c: c, opts: opts, results: map[object.ObjMetadata]*ObjectResult{}, applied: objs}
+	stop := r.watchProblems(runCtx)
+	for ev := range applier.Run(runCtx, inventoryInfo(opts.Release), objs, ao) {
+		if err := r.handle(ctx, ev); err != nil {
+			stop()
+			return nil, err
+		}
+	}
+	stop()
+	return r.finish(ctx)
+}
+
+// copyObjects deep-copies objs so the caller's objects keep their form.
+func copyObjects(objs []*unstructured.Unstructured) []*unstructured.Unstructured {
+	out := make([]*unstructured.Unstructured, len(objs))
+	for i, o := range objs {
+		out[i] = o.DeepCopy()
+	}
+	return out
+}
+
+func (c *Cluster) setNamespaces(objs []*unstructured.Unstructured, ns string) error {
+	if ns == "" {
+		ns = metav1.NamespaceDefault
+	}
+	err := manifestreader.SetNamespaces(c.Mapper, objs, ns, false)
+	var unknown *manifestreader.UnknownTypesError
+	if errors.As(err, &unknown) {
+		var kinds []string
+		for _, gvk := range unknown.GroupVersionKinds {
+			kinds = append(kinds, gvk.Kind+" ("+gvk.GroupVersion().String()+")")
+		}
+		return fmt.Errorf("the cluster does not serve %s, and no CRD in the source defines it", strings.Join(kinds, ", "))
+	}
+	if err != nil {
+		return fmt.Errorf("setting namespaces: %w", err)
+	}
+	return nil
+}
+
+// run is the state of one Apply: what each object went through.
+type run struct {
+	c       *Cluster
+	opts    Options
+	applied []*unstructured.Unstructured
+
+	mu      sync.Mutex
+	results map[object.ObjMetadata]*ObjectResult
+	order   []object.ObjMetadata
+	// waiting holds the objects applied but not yet Current, with their
+	// last known state, for the problem watcher.
+	waiting map[object.ObjMetadata]*unstructured.Unstructured
+	// told are the problems already reported per object.
+	told map[object.ObjMetadata]map[string]bool
+}
+
+func (r *run) result(id object.ObjMetadata) *ObjectResult {
+	res, ok := r.results[id]
+	if !ok {
+		res = &ObjectResult{Object: idName(id)}
+		r.results[id] = res
+		r.order = append(r.order, id)
+	}
+	return res
+}
+
+func (r *run) progress(p Progress) {
+	if r.opts.Progress != nil {
+		r.opts.Progress(p)
+	}
+}
+
+func (r *run) handle(ctx context.Context, ev event.Event) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	switch ev.Type {
+	case event.ErrorType:
+		return explainApplyError(ev.ErrorEvent.Err)
+	case event.ApplyType:
+		e := ev.ApplyEvent
+		res := r.result(e.Identifier)
+		switch e.Status {
+		case event.ApplySuccessful:
+			res.Action = "applied"
+			if r.opts.DryRun {
+				res.Action, res.Diff = r.diff(ctx, e.Identifier, e.Resource)
+			} else if r.opts.Wait {
+				r.setWaiting(e.Identifier, e.Resource)
+			}
+			r.progress(Progress{Object: res.Object, Action: res.Action})
+		case event.ApplyFailed:
+			if r.opts.DryRun && newParent(e.Error, r.applied) {
+				res.Action = "created"
+				res.Diff = "(checked once its namespace or CRD, new in this source, exists)"
+				r.progress(Progress{Object: res.Object, Action: res.Action})
+				break
+			}
+			res.Action, res.Error = "failed", applyErrorMessage(e.Error)
+			r.progress(Progress{Object: res.Object, Action: "failed", Message: res.Error})
+		case event.ApplySkipped:
+			res.Action, res.Error = "skipped", applyErrorMessage(e.Error)
+			r.progress(Progress{Object: res.Object, Action: "skipped", Message: res.Error})
+		}
+	case event.StatusType:
+		e := ev.StatusEvent
+		if e.PollResourceInfo == nil {
+			break
+		}
+		res := r.result(e.Identifier)
+		prev := res.Status
+		res.Status = e.PollResourceInfo.Status.String()
+		if e.Resource != nil && r.waiting != nil {
+			if _, ok := r.waiting[e.Identifier]; ok {
+				r.waiting[e.Identifier] = e.Resource
+			}
+		}
+		if res.Status == status.CurrentStatus.String() && prev != res.Status && r.isWaiting(e.Identifier) {
+			delete(r.waiting, e.Identifier)
+			r.progress(Progress{Object: res.Object, Action: "ready"})
+		}
+	case event.WaitType:
+		e := ev.WaitEvent
+		res := r.result(e.Identifier)
+		switch e.Status {
+		case event.ReconcileSuccessful:
+			if r.isWaiting(e.Identifier) {
+				delete(r.waiting, e.Identifier)
+				res.Status = status.CurrentStatus.String()
+				r.progress(Progress{Object: res.Object, Action: "ready"})
+			}
+		case event.ReconcileFailed, event.ReconcileTimeout:
+			if res.Status == "" || res.Status == status.CurrentStatus.String() {
+				res.Status = e.Status.String()
+			}
+		}
+	case event.PruneType:
+		e := ev.PruneEvent
+		res := r.result(e.Identifier)
+		switch e.Status {
+		case event.PruneSuccessful:
+			res.Action = "pruned"
+			r.progress(Progress{Object: res.Object, Action: "pruned"})
+		case event.PruneFailed:
+			res.Action, res.Error = "failed", "pruning: "+applyErrorMessage(e.Error)
+			r.progress(Progress{Object: res.Object, Action: "failed", Message: res.Error})
+		case event.PruneSkipped:
+			res.Action = "kept"
+			if e.Error != nil {
+				res.Error = e.Error.Error()
+			}
+		}
+	}
+	return nil
+}
+
+func (r *run) setWaiting(id object.ObjMetadata, obj *unstructured.Unstructured) {
+	if r.waiting == nil {
+		r.waiting, r.told = map[object.ObjMetadata]*unstructured.Unstructured{}, map[object.ObjMetadata]map[string]bool{}
+	}
+	r.waiting[id] = obj
+}
+
+func (r *run) isWaiting(id object.ObjMetadata) bool {
+	_, ok := r.waiting[id]
+	return ok
+}
+
+// watchProblems looks every two seconds at the pods of the objects not yet
+// Current and reports each new problem once (an image that cannot be
+// pulled, a crash loop, a pod no node can take), so a user sees why before
+// the timeout.
+func (r *run) watchProblems(ctx context.Context) (stop func()) {
+	if !r.opts.Wait || r.opts.DryRun {
+		return func() {}
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		tick := time.NewTicker(2 * time.Second)
+		defer tick.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
+			r.mu.Lock()
+			pending := map[object.ObjMetadata]*unstructured.Unstructured{}
+			for id, o := range r.waiting {
+				pending[id] = o
+			}
+			r.mu.Unlock()
+			for id, obj := range pending {
+				lines := r.c.diagnose(ctx, obj)
+				r.mu.Lock()
+				if r.isWaiting(id) {
+					if r.told[id] == nil {
+						r.told[id] = map[string]bool{}
+					}
+					for _, l := range lines {
+						if !r.told[id][l] {
+							r.told[id][l] = true
+							r.progress(Progress{Object: idName(id), Action: "problem", Message: l})
+						}
+					}
+				}
+				r.mu.Unlock()
+			}
+		}
+	}()
+	return func() { cancel(); <-done }
+}
+
+// finish reads the final state of the objects that are not Current,
+// explains them, and returns the result.
+func (r *run) finish(ctx context.Context) (*Result, error) {
+	res := &Result{Ready: true}
+	var lines []string
+	for _, id := range r.order {
+		o := r.results[id]
+		if o.Action == "failed" || o.Action == "skipped" {
+			res.Ready = false
+			lines = append(lines, fmt.Sprintf("%s: %s", o.Object, o.Error))
+		}
+		if r.opts.Wait && !r.opts.DryRun && r.isWaiting(id) {
+			res.Ready = false
+			obj, err := r.c.live(ctx, id)
+			if err == nil && obj != nil {
+				if st, err := status.Compute(obj); err == nil {
+					o.Status = st.Status.String()
+					o.Problems = r.c.diagnose(ctx, obj)
+					if len(o.Problems) == 0 && st.Message != "" {
+						o.Problems = []string{st.Message}
+					}
+				}
+			}
+			if len(o.Problems) == 0 {
+				o.Problems = []string{"not Current after " + r.opts.Timeout.String()}
+			}
+			lines = append(lines, fmt.Sprintf("%s (%s): %s", o.Object, o.Status, strings.Join(o.Problems, "; ")))
+		}
+		res.Objects = append(res.Objects, *o)
+	}
+	if !res.Ready {
+		return res, &NotReadyError{Lines: lines}
+	}
+	return res, nil
+}
+
+// live reads an object's current state; nil when it does not exist.
+func (c *Cluster) live(ctx context.Context, id object.ObjMetadata) (*unstructured.Unstructured, error) {
+	m, err := c.Mapper.RESTMapping(id.GroupKind)
+	if err != nil {
+		return nil, err
+	}
+	var ri dynamic.ResourceInterface = c.Dynamic.Resource(m.Resource)
+	if m.Scope.Name() == meta.RESTScopeNameNamespace {
+		ri = c.Dynamic.Resource(m.Resource).Namespace(id.Namespace)
+	}
+	obj, err := ri.Get(ctx, id.Name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil, nil
+	}
+	return obj, err
+}
+
+// diagnose gathers the pods and events of obj's namespace and explains
+// (Diagnose) why obj is not Current. Errors reading them leave it empty.
+func (c *Cluster) diagnose(ctx context.Context, obj *unstructured.Unstructured) []string {
+	if obj == nil {
+		return nil
+	}
+	pods, err := c.podsOf(ctx, obj)
+	if err != nil {
+		return nil
+	}
+	var events []corev1.Event
+	if len(pods) > 0 {
+		list, err := c.Client.CoreV1().Events(obj.GetNamespace()).List(ctx, metav1.ListOptions{})
+		if err == nil {
+			events = list.Items
+		}
+	}
+	return Diagnose(obj, pods, events)
+}
+
+// podsOf returns the pods a workload selects (its own for a Pod).
+func (c *Cluster) podsOf(ctx context.Context, obj *unstructured.Unstructured) ([]corev1.Pod, error) {
+	ns := obj.GetNamespace()
+	if obj.GetKind() == "Pod" && obj.GetAPIVersion() == "v1" {
+		p, err := c.Client.CoreV1().Pods(ns).Get(ctx, obj.GetName(), metav1.GetOptions{})
+		if err != nil {
+			return nil, err
+		}
+		return []corev1.Pod{*p}, nil
+	}
+	if !workloadKinds[obj.GroupVersionKind().GroupKind().String()] {
+		return nil, nil
+	}
+	sel, found, err := unstructured.NestedMap(obj.Object, "spec", "selector")
+	if err != nil || !found {
+		return nil, err
+	}
+	var ls metav1.LabelSelector
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(sel, &ls); err != nil {
+		return nil, err
+	}
+	s, err := metav1.LabelSelectorAsSelector(&ls)
+	if err != nil || s.Empty() {
+		return nil, err
+	}
+	list, err := c.Client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: s.String()})
+	if err != nil {
+		return nil, err
+	}
+	return list.Items, nil
+}
+
+// workloadKinds are the kinds whose spec.selector selects their pods.
+var workloadKinds = map[string]bool{
+	"Deployment.apps": true, "StatefulSet.apps": true, "DaemonSet.apps": true, "ReplicaSet.apps": true, "Job.batch": true,
+}
