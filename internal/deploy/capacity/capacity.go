@@ -1,0 +1,257 @@
+// Package capacity previews what a deploy will cost before anyone pays for
+// it: the pods the new or changed workloads ask for are put, as pending
+// pods, through the node autoscaler's own scale-up decision
+// (internal/autoscaler/decide.ScaleUp) against a snapshot of the cluster's
+// nodes, pools and instance types, and the nodes each autoscaled pool would
+// add are priced from the instance types.
+package capacity
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sort"
+	"strconv"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	fkev1 "fke.dev/fke/api/v1alpha1"
+	"fke.dev/fke/internal/autoscaler"
+	"fke.dev/fke/internal/autoscaler/decide"
+)
+
+// Change is one object a deploy creates or changes, as the server's dry
+// run returned it (defaults filled in).
+type Change struct {
+	Object *unstructured.Unstructured
+	// Existing is true when the object exists now (it changes rather than
+	// appears): its current pods go away as the new ones come.
+	Existing bool
+}
+
+// PoolGrowth is one autoscaled pool that would grow.
+type PoolGrowth struct {
+	Pool         string  `json:"pool"`
+	InstanceType string  `json:"instanceType"`
+	From         int     `json:"from"`
+	Add          int     `json:"add"`
+	PricePerHour float64 `json:"pricePerHour"`
+	// CostPerHour is Add × PricePerHour.
+	CostPerHour float64 `json:"costPerHour"`
+	Pods        int     `json:"pods"`
+}
+
+// Estimate is the preview of one deploy.
+type Estimate struct {
+	// Pods is how many pods the new or changed workloads ask for.
+	Pods int `json:"pods"`
+	// FitNow is how many of them fit on nodes that exist or are coming.
+	FitNow int          `json:"fitNow"`
+	Grow   []PoolGrowth `json:"grow,omitempty"`
+	// CostPerHour is the change in price per hour of all the pools.
+	CostPerHour float64 `json:"costPerHour"`
+	// NoRoom lists pods no pool can take, with the autoscaler's reason.
+	NoRoom []string `json:"noRoom,omitempty"`
+}
+
+// PodsFor returns the pods the changes ask for (pure): replicas of
+// Deployments, ReplicaSets and StatefulSets, a Job's parallelism, bare
+// Pods. DaemonSets are left out (they never grow a pool). Each pod is
+// pending (PodScheduled=False, Unschedulable) and named after its owner.
+func PodsFor(changes []Change) ([]*corev1.Pod, error) {
+	var out []*corev1.Pod
+	for _, c := range changes {
+		tmpl, n, err := podTemplate(c.Object)
+		if err != nil {
+			return nil, fmt.Errorf("%s %s: %w", c.Object.GetKind(), c.Object.GetName(), err)
+		}
+		for i := range n {
+			p := &corev1.Pod{ObjectMeta: *tmpl.ObjectMeta.DeepCopy(), Spec: *tmpl.Spec.DeepCopy()}
+			p.Namespace = c.Object.GetNamespace()
+			p.Name = fmt.Sprintf("%s-preview-%d", c.Object.GetName(), i)
+			p.UID = types.UID("preview-" + p.Namespace + "-" + c.Object.GetKind() + "-" + p.Name)
+			p.Status = corev1.PodStatus{Phase: corev1.PodPending, Conditions: []corev1.PodCondition{{
+				Type: corev1.PodScheduled, Status: corev1.ConditionFalse, Reason: corev1.PodReasonUnschedulable,
+			}}}
+			out = append(out, p)
+		}
+	}
+	return out, nil
+}
+
+// podTemplate returns the pod template of a workload and how many pods it
+// runs at once; n is 0 for kinds that ask for no pods.
+func podTemplate(u *unstructured.Unstructured) (tmpl corev1.PodTemplateSpec, n int, err error) {
+	from := func(into any) error {
+		return runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, into)
+	}
+	switch u.GroupVersionKind().GroupKind().String() {
+	case "Deployment.apps":
+		var d appsv1.Deployment
+		err = from(&d)
+		return d.Spec.Template, replicas(d.Spec.Replicas), err
+	case "StatefulSet.apps":
+		var s appsv1.StatefulSet
+		err = from(&s)
+		return s.Spec.Template, replicas(s.Spec.Replicas), err
+	case "ReplicaSet.apps":
+		var r appsv1.ReplicaSet
+		err = from(&r)
+		return r.Spec.Template, replicas(r.Spec.Replicas), err
+	case "Job.batch":
+		var j batchv1.Job
+		err = from(&j)
+		n = replicas(j.Spec.Parallelism)
+		if j.Spec.Completions != nil {
+			n = min(n, int(*j.Spec.Completions))
+		}
+		return j.Spec.Template, n, err
+	case "Pod":
+		var p corev1.Pod
+		err = from(&p)
+		return corev1.PodTemplateSpec{ObjectMeta: p.ObjectMeta, Spec: p.Spec}, 1, err
+	}
+	return tmpl, 0, nil
+}
+
+func replicas(r *int32) int {
+	if r == nil {
+		return 1
+	}
+	return int(*r)
+}
+
+// Without returns pods less those the changed workloads select: once the
+// deploy is done they are replaced by the new ones (pure).
+func Without(pods []*corev1.Pod, changes []Change) []*corev1.Pod {
+	type sel struct {
+		ns string
+		s  labels.Selector
+	}
+	var sels []sel
+	for _, c := range changes {
+		if !c.Existing {
+			continue
+		}
+		m, found, err := unstructured.NestedMap(c.Object.Object, "spec", "selector")
+		if err != nil || !found {
+			continue
+		}
+		var ls metav1.LabelSelector
+		if runtime.DefaultUnstructuredConverter.FromUnstructured(m, &ls) != nil {
+			continue
+		}
+		if s, err := metav1.LabelSelectorAsSelector(&ls); err == nil && !s.Empty() {
+			sels = append(sels, sel{c.Object.GetNamespace(), s})
+		}
+	}
+	return slices.DeleteFunc(slices.Clone(pods), func(p *corev1.Pod) bool {
+		for _, s := range sels {
+			if p.Namespace == s.ns && s.s.Matches(labels.Set(p.Labels)) {
+				return true
+			}
+		}
+		return false
+	})
+}
+
+// Preview runs the autoscaler's scale-up decision for pending on snap and
+// pools and prices its plan (pure).
+func Preview(snap decide.Snapshot, pools []decide.Pool, types map[string]string, e decide.Expander, pending []*corev1.Pod, now time.Time) Estimate {
+	snap.Pending = pending
+	plan := decide.ScaleUp(snap, pools, e, now)
+	est := Estimate{Pods: len(pending), FitNow: len(plan.Schedulable)}
+	byName := map[string]decide.Pool{}
+	for _, p := range pools {
+		byName[p.Name] = p
+	}
+	for _, inc := range plan.Increases {
+		p := byName[inc.Pool]
+		g := PoolGrowth{
+			Pool: inc.Pool, InstanceType: types[inc.Pool], From: p.Current + p.Upcoming, Add: inc.Delta,
+			PricePerHour: p.PricePerHour, CostPerHour: float64(inc.Delta) * p.PricePerHour, Pods: len(inc.Pods),
+		}
+		est.Grow = append(est.Grow, g)
+		est.CostPerHour += g.CostPerHour
+	}
+	sort.Slice(est.Grow, func(i, j int) bool { return est.Grow[i].Pool < est.Grow[j].Pool })
+	for _, r := range plan.NotTriggerScaleUp {
+		est.NoRoom = append(est.NoRoom, fmt.Sprintf("pod %s/%s: %s", r.Pod.Namespace, r.Pod.Name, r.Reason))
+	}
+	return est
+}
+
+// Gather reads what the autoscaler would read for cluster cl (its pools,
+// instance types and machines from the management API; nodes and pods from
+// the tenant) and previews changes on it.
+func Gather(ctx context.Context, mgmt client.Client, cl *fkev1.Cluster, tenant kubernetes.Interface, changes []Change, now time.Time) (Estimate, error) {
+	var npl fkev1.NodePoolList
+	if err := mgmt.List(ctx, &npl, client.InNamespace(cl.Namespace)); err != nil {
+		return Estimate{}, fmt.Errorf("listing node pools: %w", err)
+	}
+	var pools []*fkev1.NodePool
+	for i := range npl.Items {
+		if np := &npl.Items[i]; np.Spec.ClusterName == cl.Name {
+			pools = append(pools, np)
+		}
+	}
+	var itl fkev1.InstanceTypeList
+	if err := mgmt.List(ctx, &itl); err != nil {
+		return Estimate{}, fmt.Errorf("listing instance types: %w", err)
+	}
+	types := map[string]*fkev1.InstanceType{}
+	for i := range itl.Items {
+		types[itl.Items[i].Name] = &itl.Items[i]
+	}
+	var ml fkev1.MachineList
+	if err := mgmt.List(ctx, &ml, client.InNamespace(cl.Namespace), client.MatchingLabels{fkev1.LabelCluster: cl.Name}); err != nil {
+		return Estimate{}, fmt.Errorf("listing machines: %w", err)
+	}
+	machines := make([]*fkev1.Machine, len(ml.Items))
+	for i := range ml.Items {
+		machines[i] = &ml.Items[i]
+	}
+	nl, err := tenant.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return Estimate{}, fmt.Errorf("listing nodes: %w", err)
+	}
+	nodes := make([]*corev1.Node, len(nl.Items))
+	for i := range nl.Items {
+		nodes[i] = &nl.Items[i]
+	}
+	pl, err := tenant.CoreV1().Pods(metav1.NamespaceAll).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return Estimate{}, fmt.Errorf("listing pods: %w", err)
+	}
+	var pods []*corev1.Pod
+	for i := range pl.Items {
+		if p := &pl.Items[i]; p.Spec.NodeName != "" {
+			pods = append(pods, p)
+		}
+	}
+	pending, err := PodsFor(changes)
+	if err != nil {
+		return Estimate{}, err
+	}
+	dpools, _ := autoscaler.BuildPools(pools, types, machines, nil, nil)
+	snap := autoscaler.BuildSnapshot(nodes, autoscaler.GroupPods(Without(pods, changes)), machines,
+		decide.Limits{MaxNodes: int(cl.Spec.Autoscaling.MaxNodes), MaxGPUs: int(cl.Spec.Autoscaling.MaxGPUs)})
+	typeOf := map[string]string{}
+	for _, np := range pools {
+		typeOf[np.PoolName()] = np.Spec.InstanceType
+	}
+	return Preview(snap, dpools, typeOf, decide.Expander{Name: decide.ExpanderName(cl.Spec.Autoscaling.Expander)}, pending, now), nil
+}
+
+// FormatPrice writes a price per hour as the catalog does.
+func FormatPrice(p float64) string { return strconv.FormatFloat(p, 'f', 2, 64) }
