@@ -85,6 +85,8 @@ type ObjectResult struct {
 	Problems []string `json:"problems,omitempty"`
 	Diff     string   `json:"diff,omitempty"`
 	Error    string   `json:"error,omitempty"`
+	// Planned is the object as the dry run returned it (dry run only).
+	Planned *unstructured.Unstructured `json:"-"`
 }
 
 // Result is the outcome of Apply.
@@ -308,6 +310,7 @@ func (r *run) handle(ctx context.Context, ev event.Event) error {
 		case event.ApplySuccessful:
 			res.Action = "applied"
 			if r.opts.DryRun {
+				res.Planned = e.Resource
 				res.Action, res.Diff = r.diff(ctx, e.Identifier, e.Resource)
 			} else if r.opts.Wait {
 				r.setWaiting(e.Identifier, e.Resource)
@@ -315,7 +318,7 @@ func (r *run) handle(ctx context.Context, ev event.Event) error {
 			r.progress(Progress{Object: res.Object, Action: res.Action})
 		case event.ApplyFailed:
 			if r.opts.DryRun && newParent(e.Error, r.applied) {
-				res.Action = "created"
+				res.Action, res.Planned = "created", r.rendered(e.Identifier)
 				res.Diff = "(checked once its namespace or CRD, new in this source, exists)"
 				r.progress(Progress{Object: res.Object, Action: res.Action})
 				break
@@ -373,6 +376,16 @@ func (r *run) handle(ctx context.Context, ev event.Event) error {
 			if e.Error != nil {
 				res.Error = e.Error.Error()
 			}
+		}
+	}
+	return nil
+}
+
+// rendered returns the applied object with id.
+func (r *run) rendered(id object.ObjMetadata) *unstructured.Unstructured {
+	for _, o := range r.applied {
+		if object.UnstructuredToObjMetadata(o) == id {
+			return o
 		}
 	}
 	return nil

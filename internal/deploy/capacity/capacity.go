@@ -28,6 +28,7 @@ import (
 	fkev1 "fke.dev/fke/api/v1alpha1"
 	"fke.dev/fke/internal/autoscaler"
 	"fke.dev/fke/internal/autoscaler/decide"
+	"fke.dev/fke/internal/autoscaler/provreq"
 )
 
 // Change is one object a deploy creates or changes, as the server's dry
@@ -77,6 +78,8 @@ func PodsFor(changes []Change) ([]*corev1.Pod, error) {
 		}
 		for i := range n {
 			p := &corev1.Pod{ObjectMeta: *tmpl.ObjectMeta.DeepCopy(), Spec: *tmpl.Spec.DeepCopy()}
+			// What kube-apiserver's admission gives the real pods.
+			provreq.AddExtendedResourceTolerations(&p.Spec)
 			p.Namespace = c.Object.GetNamespace()
 			p.Name = fmt.Sprintf("%s-preview-%d", c.Object.GetName(), i)
 			p.UID = types.UID("preview-" + p.Namespace + "-" + c.Object.GetKind() + "-" + p.Name)
@@ -185,9 +188,7 @@ func Preview(snap decide.Snapshot, pools []decide.Pool, types map[string]string,
 		est.CostPerHour += g.CostPerHour
 	}
 	sort.Slice(est.Grow, func(i, j int) bool { return est.Grow[i].Pool < est.Grow[j].Pool })
-	for _, r := range plan.NotTriggerScaleUp {
-		est.NoRoom = append(est.NoRoom, fmt.Sprintf("pod %s/%s: %s", r.Pod.Namespace, r.Pod.Name, r.Reason))
-	}
+	est.NoRoom = noRoom(plan.NotTriggerScaleUp)
 	return est
 }
 
@@ -255,3 +256,25 @@ func Gather(ctx context.Context, mgmt client.Client, cl *fkev1.Cluster, tenant k
 
 // FormatPrice writes a price per hour as the catalog does.
 func FormatPrice(p float64) string { return strconv.FormatFloat(p, 'f', 2, 64) }
+
+// noRoom words each distinct reason once, with the first pod and how many
+// more share it.
+func noRoom(rs []decide.PodReason) []string {
+	var order []string
+	pods := map[string][]string{}
+	for _, r := range rs {
+		if _, ok := pods[r.Reason]; !ok {
+			order = append(order, r.Reason)
+		}
+		pods[r.Reason] = append(pods[r.Reason], r.Pod.Namespace+"/"+r.Pod.Name)
+	}
+	out := make([]string, 0, len(order))
+	for _, reason := range order {
+		who := "pod " + pods[reason][0]
+		if n := len(pods[reason]) - 1; n > 0 {
+			who += fmt.Sprintf(" (and %d more)", n)
+		}
+		out = append(out, who+": "+reason)
+	}
+	return out
+}

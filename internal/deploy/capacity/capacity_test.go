@@ -76,7 +76,11 @@ func TestPodsFor(t *testing.T) {
 
 func TestPreview(t *testing.T) {
 	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	gpuPool := decide.Pool{Name: "gpu", Template: node("template-gpu", "gpu", 64, 8), MinSize: 0, MaxSize: 4, PricePerHour: 24.5}
+	// GPU nodes carry the taint only GPU pods tolerate (the API server's
+	// admission adds the toleration to pods that request GPUs).
+	gpuTemplate := node("template-gpu", "gpu", 64, 8)
+	gpuTemplate.Spec.Taints = []corev1.Taint{{Key: "nvidia.com/gpu", Value: "present", Effect: corev1.TaintEffectNoSchedule}}
+	gpuPool := decide.Pool{Name: "gpu", Template: gpuTemplate, MinSize: 0, MaxSize: 4, PricePerHour: 24.5}
 	cpuPool := decide.Pool{Name: "cpu", Template: node("template-cpu", "cpu", 4, 0), MinSize: 0, MaxSize: 2, PricePerHour: 0.2}
 	types := map[string]string{"gpu": "gpu-h100x8", "cpu": "cpu-medium"}
 	oldWeb := func(i int) *corev1.Pod {
