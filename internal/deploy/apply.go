@@ -233,6 +233,7 @@ func (c *Cluster) Apply(ctx context.Context, objs []*unstructured.Unstructured, 
 			return nil, err
 		}
 	}
+	r.waitJobs(runCtx)
 	stop()
 	return r.finish(ctx)
 }
@@ -342,7 +343,7 @@ func (r *run) handle(ctx context.Context, ev event.Event) error {
 				r.waiting[e.Identifier] = e.Resource
 			}
 		}
-		if res.Status == status.CurrentStatus.String() && prev != res.Status && r.isWaiting(e.Identifier) {
+		if res.Status == status.CurrentStatus.String() && prev != res.Status && r.isWaiting(e.Identifier) && !isJob(e.Identifier) {
 			delete(r.waiting, e.Identifier)
 			r.progress(Progress{Object: res.Object, Action: "ready"})
 		}
@@ -351,7 +352,7 @@ func (r *run) handle(ctx context.Context, ev event.Event) error {
 		res := r.result(e.Identifier)
 		switch e.Status {
 		case event.ReconcileSuccessful:
-			if r.isWaiting(e.Identifier) {
+			if r.isWaiting(e.Identifier) && !isJob(e.Identifier) {
 				delete(r.waiting, e.Identifier)
 				res.Status = status.CurrentStatus.String()
 				r.progress(Progress{Object: res.Object, Action: "ready"})
@@ -401,6 +402,59 @@ func (r *run) setWaiting(id object.ObjMetadata, obj *unstructured.Unstructured) 
 func (r *run) isWaiting(id object.ObjMetadata) bool {
 	_, ok := r.waiting[id]
 	return ok
+}
+
+// isJob reports whether id is a batch Job.
+func isJob(id object.ObjMetadata) bool {
+	return id.GroupKind.Group == "batch" && id.GroupKind.Kind == "Job"
+}
+
+// waitJobs waits, until ctx ends, for the Jobs applied to complete. kstatus
+// calls a Job that has started Current, so cli-utils stops waiting for it
+// there; a deploy (like a Helm hook) waits until the Job has run: a
+// migration that fails fails the deploy.
+func (r *run) waitJobs(ctx context.Context) {
+	tick := time.NewTicker(500 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		r.mu.Lock()
+		var jobs []object.ObjMetadata
+		for id := range r.waiting {
+			if isJob(id) {
+				jobs = append(jobs, id)
+			}
+		}
+		r.mu.Unlock()
+		open := 0
+		for _, id := range jobs {
+			obj, err := r.c.live(ctx, id)
+			if err != nil || obj == nil {
+				open++
+				continue
+			}
+			if c := findCondition(obj, "Complete"); c != nil && c["status"] == "True" {
+				r.mu.Lock()
+				delete(r.waiting, id)
+				res := r.result(id)
+				res.Status = status.CurrentStatus.String()
+				r.progress(Progress{Object: res.Object, Action: "ready"})
+				r.mu.Unlock()
+				continue
+			}
+			if c := findCondition(obj, "Failed"); c != nil && c["status"] == "True" {
+				continue // finish explains it
+			}
+			open++
+		}
+		if open == 0 {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+	}
 }
 
 // watchProblems looks every two seconds at the pods of the objects not yet

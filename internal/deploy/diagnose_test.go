@@ -155,3 +155,14 @@ func TestDiff(t *testing.T) {
 		t.Errorf("new object: %s\n%s", a, d)
 	}
 }
+
+func TestShortenInvalid(t *testing.T) {
+	long := `Job.batch "migrate" is invalid: spec.template: Invalid value: {"labels":{"job-name":"migrate"},"Spec":{"Volumes":null,"InitContainers":null,"Containers":[{"Name":"migrate"}]}}: field is immutable`
+	if got, want := shortenInvalid(long), `Job.batch "migrate" is invalid: spec.template: field is immutable`; got != want {
+		t.Errorf("got %q, want %q", got, want)
+	}
+	short := `Service "web" is invalid: spec.ports[0].port: Invalid value: 0: must be between 1 and 65535`
+	if got := shortenInvalid(short); got != short {
+		t.Errorf("a short message changed: %q", got)
+	}
+}

@@ -101,13 +101,42 @@ func applyErrorMessage(err error) string {
 		return ""
 	}
 	var status apierrors.APIStatus
-	if errors.As(err, &status) {
-		return status.Status().Message
+	if !errors.As(err, &status) {
+		return shortenInvalid(err.Error())
 	}
-	return err.Error()
+	st := status.Status()
+	if st.Details == nil || len(st.Details.Causes) == 0 {
+		return st.Message
+	}
+	// An invalid object's message repeats the whole rejected value; the
+	// causes say which field and why.
+	var causes []string
+	for _, c := range st.Details.Causes {
+		msg := c.Message
+		if strings.HasPrefix(msg, "Invalid value:") {
+			if i := strings.LastIndex(msg, ": "); i >= 0 {
+				msg = msg[i+2:]
+			}
+		}
+		causes = append(causes, strings.TrimSpace(c.Field+": "+msg))
+	}
+	return "invalid: " + strings.Join(causes, "; ")
 }
 
 // explainApplyError words an error that stopped the whole apply.
 func explainApplyError(err error) error {
 	return fmt.Errorf("applying: %w", err)
+}
+
+// shortenInvalid drops the rejected value an "Invalid value: <value>: why"
+// message repeats (a whole pod template for an immutable Job), keeping the
+// field and why (pure).
+func shortenInvalid(msg string) string {
+	const marker = "Invalid value: "
+	i := strings.Index(msg, marker)
+	j := strings.LastIndex(msg, ": ")
+	if i < 0 || j < i+len(marker) || j-i < 80 {
+		return msg
+	}
+	return msg[:i] + msg[j+2:]
 }

@@ -95,6 +95,9 @@ func (d *Deployer) Deploy(ctx context.Context, req Request) (*Outcome, error) {
 	if err != nil {
 		return out, fmt.Errorf("%w\nno rollback: %v", applyErr, err)
 	}
+	if req.Progress != nil {
+		req.Progress(Progress{Object: "release " + req.Release, Action: "rollback", Message: fmt.Sprintf("to revision %d", target.Number)})
+	}
 	rb, err := d.rollback(ctx, revs, target, req.Options)
 	if err != nil {
 		return out, fmt.Errorf("%w\nrollback to revision %d failed: %v", applyErr, target.Number, err)
