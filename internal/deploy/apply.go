@@ -194,7 +194,7 @@ func (c *Cluster) Apply(ctx context.Context, objs []*unstructured.Unstructured, 
 	dry := common.DryRunNone
 	if opts.DryRun {
 		dry = common.DryRunServer
-	} else if err := EnsureNamespace(ctx, c.Client); err != nil {
+	} else if err := c.ensureNamespaces(ctx, objs); err != nil {
 		return nil, err
 	}
 	factory := cmdutil.NewFactory(c.getter)
@@ -225,9 +225,21 @@ func (c *Cluster) Apply(ctx context.Context, objs []*unstructured.Unstructured, 
 		runCtx, cancel = context.WithTimeout(ctx, opts.Timeout+5*time.Second)
 		defer cancel()
 	}
+	inv := inventoryInfo(opts.Release)
+	// Without pruning, cli-utils abandons the objects it would have pruned:
+	// it drops them from the inventory, and a later --prune would never
+	// delete them. fke keeps them there instead.
+	var keep object.ObjMetadataSet
+	if !opts.Prune && !opts.DryRun {
+		prev, err := invClient.GetClusterObjs(inv)
+		if err != nil {
+			return nil, fmt.Errorf("reading inventory of %s: %w", opts.Release, err)
+		}
+		keep = prev.Diff(object.UnstructuredSetToObjMetadataSet(objs))
+	}
 	r := &run{c: c, opts: opts, results: map[object.ObjMetadata]*ObjectResult{}, applied: objs}
 	stop := r.watchProblems(runCtx)
-	for ev := range applier.Run(runCtx, inventoryInfo(opts.Release), objs, ao) {
+	for ev := range applier.Run(runCtx, inv, objs, ao) {
 		if err := r.handle(ctx, ev); err != nil {
 			stop()
 			return nil, err
@@ -235,6 +247,11 @@ func (c *Cluster) Apply(ctx context.Context, objs []*unstructured.Unstructured, 
 	}
 	r.waitJobs(runCtx)
 	stop()
+	if len(keep) > 0 {
+		if _, err := invClient.Merge(inv, keep, common.DryRunNone); err != nil {
+			return nil, fmt.Errorf("keeping unpruned objects in the inventory of %s: %w", opts.Release, err)
+		}
+	}
 	return r.finish(ctx)
 }
 
@@ -262,6 +279,34 @@ func (c *Cluster) setNamespaces(objs []*unstructured.Unstructured, ns string) er
 	}
 	if err != nil {
 		return fmt.Errorf("setting namespaces: %w", err)
+	}
+	return nil
+}
+
+// ensureNamespaces creates the releases' own namespace and the namespaces
+// objects land in that neither exist nor are part of the source (as
+// `helm install --create-namespace` does). Those are not in the
+// inventory: a prune never deletes them.
+func (c *Cluster) ensureNamespaces(ctx context.Context, objs []*unstructured.Unstructured) error {
+	if err := EnsureNamespace(ctx, c.Client); err != nil {
+		return err
+	}
+	inSource := map[string]bool{}
+	for _, o := range objs {
+		if o.GetKind() == "Namespace" && o.GetAPIVersion() == "v1" {
+			inSource[o.GetName()] = true
+		}
+	}
+	for _, o := range objs {
+		ns := o.GetNamespace()
+		if ns == "" || inSource[ns] {
+			continue
+		}
+		inSource[ns] = true
+		obj := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}
+		if _, err := c.Client.CoreV1().Namespaces().Create(ctx, obj, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+			return fmt.Errorf("creating namespace %s: %w", ns, err)
+		}
 	}
 	return nil
 }

@@ -71,20 +71,18 @@ func unified(a, b, fromName, toName string) string {
 }
 
 // newParent reports whether a dry-run apply failed only because the
-// object's namespace or CRD is itself new in the source, and so does not
-// exist while nothing is created (pure).
+// object's namespace or CRD does not exist yet: a namespace a deploy
+// creates (in the source, or created for it) or a CRD of the source (pure).
 func newParent(err error, objs []*unstructured.Unstructured) bool {
 	if err == nil {
 		return false
 	}
 	msg := err.Error()
 	for _, o := range objs {
-		switch {
-		case o.GetKind() == "Namespace" && o.GetAPIVersion() == "v1":
-			if strings.Contains(msg, fmt.Sprintf("namespaces %q not found", o.GetName())) {
-				return true
-			}
-		case object.IsCRD(o):
+		if ns := o.GetNamespace(); ns != "" && strings.Contains(msg, fmt.Sprintf("namespaces %q not found", ns)) {
+			return true
+		}
+		if object.IsCRD(o) {
 			group, _, _ := unstructured.NestedString(o.Object, "spec", "group")
 			kind, _, _ := unstructured.NestedString(o.Object, "spec", "names", "kind")
 			if kind != "" && strings.Contains(msg, "no matches for kind \""+kind+"\"") && strings.Contains(msg, group) {
