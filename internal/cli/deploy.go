@@ -18,6 +18,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/klog/v2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	fkev1 "fke.dev/fke/api/v1alpha1"
@@ -25,6 +26,13 @@ import (
 	"fke.dev/fke/internal/deploy"
 	"fke.dev/fke/internal/deploy/capacity"
 )
+
+// quietKlog silences klog, through which cli-utils and kubectl log what the
+// applier already reports as progress.
+func quietKlog() {
+	klog.LogToStderr(false)
+	klog.SetOutput(io.Discard)
+}
 
 // target is the tenant cluster a deploy command works on: from the
 // management plane (--cluster) or from a kubeconfig alone (--kubeconfig).
@@ -158,6 +166,7 @@ the new pods and what they cost per hour.`,
 			if err != nil {
 				return fmt.Errorf("%w; nothing was applied", err)
 			}
+			quietKlog()
 			ctx := cmd.Context()
 			if err := t.connect(ctx, g, dryRun); err != nil {
 				return err
@@ -355,6 +364,7 @@ func newRollbackCmd(g *globals) *cobra.Command {
 have. Without --to: the newest healthy revision before the latest one.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			quietKlog()
 			ctx := cmd.Context()
 			if err := t.connect(ctx, g, false); err != nil {
 				return err

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"strings"
 	"sync"
 	"time"
@@ -24,7 +23,6 @@ import (
 	"k8s.io/client-go/restmapper"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
-	"k8s.io/klog/v2"
 	cmdutil "k8s.io/kubectl/pkg/cmd/util"
 	"sigs.k8s.io/cli-utils/pkg/apply"
 	"sigs.k8s.io/cli-utils/pkg/apply/event"
@@ -38,13 +36,6 @@ import (
 // FieldManager is the server-side apply field manager of everything fke
 // deploy applies.
 const FieldManager = "fke"
-
-func init() {
-	// cli-utils and kubectl log through klog; the applier reports through
-	// its events instead.
-	klog.SetOutput(io.Discard)
-	klog.LogToStderr(false)
-}
 
 // Options say how Apply applies.
 type Options struct {

@@ -366,6 +366,49 @@ spec:
 		}
 	})
 
+	t.Run("a CRD and its objects in one source: CRD first, then the rest", func(t *testing.T) {
+		src := writeSource(t, map[string]string{"all.yaml": `apiVersion: v1
+kind: Namespace
+metadata:
+  name: widgets
+---
+apiVersion: example.fke.dev/v1
+kind: Widget
+metadata:
+  name: w1
+  namespace: widgets
+spec:
+  size: 3
+---
+apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata:
+  name: widgets.example.fke.dev
+spec:
+  group: example.fke.dev
+  scope: Namespaced
+  names: {plural: widgets, singular: widget, kind: Widget}
+  versions:
+  - name: v1
+    served: true
+    storage: true
+    schema:
+      openAPIV3Schema:
+        type: object
+        properties:
+          spec: {type: object, properties: {size: {type: integer}}}
+`})
+		out := e.MustRun("deploy", "-f", src, "--cluster", "apps", "--name", "widgets", "--dry-run")
+		if !strings.Contains(out, "created   Widget widgets/w1") || !strings.Contains(out, "dry run: nothing was changed") {
+			t.Fatalf("dry run of a CRD and its object:\n%s", out)
+		}
+		out = e.MustRun("deploy", "-f", src, "--cluster", "apps", "--name", "widgets", "--timeout", "60s")
+		crd, widget := strings.Index(out, "ready     CustomResourceDefinition widgets.example.fke.dev"), strings.Index(out, "applied   Widget widgets/w1")
+		if crd < 0 || widget < 0 || widget < crd {
+			t.Fatalf("want the CRD ready before the Widget is applied:\n%s", out)
+		}
+	})
+
 	t.Run("a CI runner with only a kubeconfig", func(t *testing.T) {
 		kc := filepath.Join(t.TempDir(), "apps.kubeconfig")
 		if err := os.WriteFile(kc, []byte(e.MustRun("kubeconfig", "apps")), 0o600); err != nil {
