@@ -1,6 +1,7 @@
 package deploy
 
 import (
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -164,5 +165,28 @@ func TestShortenInvalid(t *testing.T) {
 	short := `Service "web" is invalid: spec.ports[0].port: Invalid value: 0: must be between 1 and 65535`
 	if got := shortenInvalid(short); got != short {
 		t.Errorf("a short message changed: %q", got)
+	}
+}
+
+func TestNewParent(t *testing.T) {
+	crd := obj("apiextensions.k8s.io/v1", "CustomResourceDefinition", "widgets.example.dev")
+	crd.Object["spec"] = map[string]any{"group": "example.dev", "names": map[string]any{"kind": "Widget"}}
+	cm := obj("v1", "ConfigMap", "a")
+	cm.SetNamespace("fresh")
+	objs := []*unstructured.Unstructured{crd, cm}
+	tests := []struct {
+		err  string
+		want bool
+	}{
+		{`namespaces "fresh" not found`, true},
+		{`namespaces "other" not found`, false},
+		{`no matches for kind "Widget" in version "example.dev/v1"`, true},
+		{`no matches for kind "Gadget" in version "example.dev/v1"`, false},
+		{`admission webhook denied the request`, false},
+	}
+	for _, tt := range tests {
+		if got := newParent(errors.New(tt.err), objs); got != tt.want {
+			t.Errorf("newParent(%q) = %v, want %v", tt.err, got, tt.want)
+		}
 	}
 }

@@ -131,6 +131,11 @@ func (s Store) Create(ctx context.Context, r Revision, objs []*unstructured.Unst
 	}
 	setRevision(sec, r)
 	if _, err := s.Client.CoreV1().Secrets(SystemNamespace).Create(ctx, sec, metav1.CreateOptions{}); err != nil {
+		if apierrors.IsAlreadyExists(err) {
+			// The revision Secret is the release's lock: two deploys of one
+			// release cannot both record revision N.
+			return fmt.Errorf("revision %d of %s already exists: another deploy of release %s is running; try again once it is done", r.Number, r.Release, r.Release)
+		}
 		return fmt.Errorf("recording revision %d of %s: %w", r.Number, r.Release, err)
 	}
 	return nil

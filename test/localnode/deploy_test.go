@@ -15,7 +15,11 @@ import (
 	"fke.dev/fke/test/testenv"
 )
 
-func deployment(name, img string) string {
+func deployment(name, img string, args ...string) string {
+	argv := ""
+	if len(args) > 0 {
+		argv = fmt.Sprintf("\n        args: [%q]", strings.Join(args, `", "`))
+	}
 	return fmt.Sprintf(`apiVersion: apps/v1
 kind: Deployment
 metadata:
@@ -28,8 +32,8 @@ spec:
     spec:
       containers:
       - name: main
-        image: %[2]s
-`, name, img)
+        image: %[2]s%[3]s
+`, name, img, argv)
 }
 
 // TestDeployOnLocalNodes: fke deploy against a real node, whose kubelet
@@ -86,4 +90,13 @@ func TestDeployOnLocalNodes(t *testing.T) {
 		t.Fatalf("failing deploy took %s with --timeout %s", took, timeout)
 	}
 	t.Logf("FIGURE deploy of a missing image -> failed with the reason: %s (--timeout %s)", took.Round(10*time.Millisecond), timeout)
+	t.Logf("its error:\n%s", out)
+
+	// The demo server exits 2 on a flag it does not know: a crash loop.
+	crash := write("crash.yaml", deployment("crasher", image.DemoServer.Ref(registry), "--no-such-flag"))
+	out = e.RunFail("deploy", "-f", crash, "--cluster", "demo", "--timeout", timeout.String())
+	if !strings.Contains(out, "container main is crash-looping (") || !strings.Contains(out, "last exit code 2") {
+		t.Fatalf("want the crash loop with its exit code in:\n%s", out)
+	}
+	t.Logf("its error:\n%s", out)
 }
