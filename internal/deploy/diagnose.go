@@ -96,10 +96,14 @@ func diagnosePod(p *corev1.Pod, events []corev1.Event) []podProblem {
 			case slices.Contains(pullFailures, w.Reason):
 				add("image %s cannot be pulled (%s)%s", cs.Image, w.Reason, pullDetail(w.Message, events, p))
 			case w.Reason == "CrashLoopBackOff":
-				add("container %s is crash-looping (%d restarts%s)", cs.Name, cs.RestartCount, lastExit(cs))
+				add("container %s is crash-looping (restarts: %d%s)", cs.Name, cs.RestartCount, lastExit(cs))
 			case !slices.Contains(harmlessWaits, w.Reason):
 				add("container %s is waiting: %s%s", cs.Name, w.Reason, colon(w.Message))
 			}
+		}
+		if last := cs.LastTerminationState.Terminated; cs.State.Running != nil && cs.RestartCount > 0 && last != nil && last.ExitCode != 0 {
+			// Between two crashes of a crash loop the container runs.
+			add("container %s keeps failing (restarts: %d%s)", cs.Name, cs.RestartCount, lastExit(cs))
 		}
 		if t := cs.State.Terminated; t != nil && t.ExitCode != 0 && p.Spec.RestartPolicy == corev1.RestartPolicyNever {
 			add("container %s failed (exit code %d%s)", cs.Name, t.ExitCode, colon(t.Reason))

@@ -85,7 +85,17 @@ func TestDiagnose(t *testing.T) {
 				p.Status.ContainerStatuses[0].RestartCount = 4
 				p.Status.ContainerStatuses[0].LastTerminationState.Terminated = &corev1.ContainerStateTerminated{ExitCode: 3, Reason: "Error", Message: "config missing"}
 			})},
-			want: []string{"pod web-1: container web is crash-looping (4 restarts; last exit code 3 Error: config missing)"},
+			want: []string{"pod web-1: container web is crash-looping (restarts: 4; last exit code 3 Error: config missing)"},
+		},
+		{
+			name: "running between two crashes",
+			obj:  deploy,
+			pods: []corev1.Pod{pod("web-1", func(p *corev1.Pod) {
+				p.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: "web", RestartCount: 2,
+					State:                corev1.ContainerState{Running: &corev1.ContainerStateRunning{}},
+					LastTerminationState: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 2, Reason: "Error"}}}}
+			})},
+			want: []string{"pod web-1: container web keeps failing (restarts: 2; last exit code 2 Error)"},
 		},
 		{
 			name:   "unschedulable with the autoscaler's reason",

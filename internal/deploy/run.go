@@ -3,6 +3,7 @@ package deploy
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -25,8 +26,8 @@ type run struct {
 	// waiting holds the objects applied but not yet Current, with their
 	// last known state, for the problem watcher.
 	waiting map[object.ObjMetadata]*unstructured.Unstructured
-	// told are the problems already reported per object.
-	told map[object.ObjMetadata]map[string]bool
+	// told are the problems already reported per object, in order.
+	told map[object.ObjMetadata][]string
 }
 
 func (r *run) result(id object.ObjMetadata) *ObjectResult {
@@ -161,7 +162,7 @@ func (r *run) rendered(id object.ObjMetadata) *unstructured.Unstructured {
 
 func (r *run) setWaiting(id object.ObjMetadata, obj *unstructured.Unstructured) {
 	if r.waiting == nil {
-		r.waiting, r.told = map[object.ObjMetadata]*unstructured.Unstructured{}, map[object.ObjMetadata]map[string]bool{}
+		r.waiting, r.told = map[object.ObjMetadata]*unstructured.Unstructured{}, map[object.ObjMetadata][]string{}
 	}
 	r.waiting[id] = obj
 }
@@ -254,12 +255,9 @@ func (r *run) watchProblems(ctx context.Context) (stop func()) {
 				lines := r.c.diagnose(ctx, obj)
 				r.mu.Lock()
 				if r.isWaiting(id) {
-					if r.told[id] == nil {
-						r.told[id] = map[string]bool{}
-					}
 					for _, l := range lines {
-						if !r.told[id][l] {
-							r.told[id][l] = true
+						if !slices.Contains(r.told[id], l) {
+							r.told[id] = append(r.told[id], l)
 							r.progress(Progress{Object: idName(id), Action: "problem", Message: l})
 						}
 					}
@@ -284,19 +282,7 @@ func (r *run) finish(ctx context.Context) (*Result, error) {
 		}
 		if r.opts.Wait && !r.opts.DryRun && r.isWaiting(id) {
 			res.Ready = false
-			obj, err := r.c.live(ctx, id)
-			if err == nil && obj != nil {
-				if st, err := status.Compute(obj); err == nil {
-					o.Status = st.Status.String()
-					o.Problems = r.c.diagnose(ctx, obj)
-					if len(o.Problems) == 0 && st.Message != "" {
-						o.Problems = []string{st.Message}
-					}
-				}
-			}
-			if len(o.Problems) == 0 {
-				o.Problems = []string{"not Current after " + r.opts.Timeout.String()}
-			}
+			r.explain(ctx, id, o)
 			lines = append(lines, fmt.Sprintf("%s (%s): %s", o.Object, o.Status, strings.Join(o.Problems, "; ")))
 		}
 		res.Objects = append(res.Objects, *o)
@@ -305,4 +291,35 @@ func (r *run) finish(ctx context.Context) (*Result, error) {
 		return res, &NotReadyError{Lines: lines}
 	}
 	return res, nil
+}
+
+// explain fills in why an object is not Current: what its pods and events
+// show now; else the last problem seen while waiting (a crash-looping
+// container may be running between two crashes); else kstatus' message.
+func (r *run) explain(ctx context.Context, id object.ObjMetadata, o *ObjectResult) {
+	obj, err := r.c.live(ctx, id)
+	if err != nil {
+		o.Problems = []string{fmt.Sprintf("not readable after %s: %v", r.opts.Timeout, err)}
+		return
+	}
+	if obj == nil {
+		o.Problems = []string{"deleted while waiting for it"}
+		return
+	}
+	st, err := status.Compute(obj)
+	if err != nil {
+		o.Problems = []string{fmt.Sprintf("status unknown: %v", err)}
+		return
+	}
+	o.Status = st.Status.String()
+	o.Problems = r.c.diagnose(ctx, obj)
+	if told := r.told[id]; len(o.Problems) == 0 && len(told) > 0 {
+		o.Problems = []string{told[len(told)-1]}
+	}
+	if len(o.Problems) == 0 && st.Message != "" {
+		o.Problems = []string{st.Message}
+	}
+	if len(o.Problems) == 0 {
+		o.Problems = []string{"not Current after " + r.opts.Timeout.String()}
+	}
 }

@@ -15,6 +15,9 @@ import (
 	"fke.dev/fke/test/testenv"
 )
 
+// deployment is one replica of img; minReadySeconds makes "available" mean
+// "has run for a while", so a container that dies right after it starts is
+// never taken for ready.
 func deployment(name, img string, args ...string) string {
 	argv := ""
 	if len(args) > 0 {
@@ -26,6 +29,7 @@ metadata:
   name: %[1]s
 spec:
   replicas: 1
+  minReadySeconds: 5
   selector: {matchLabels: {app: %[1]s}}
   template:
     metadata: {labels: {app: %[1]s}}
@@ -95,7 +99,7 @@ func TestDeployOnLocalNodes(t *testing.T) {
 	// The demo server exits 2 on a flag it does not know: a crash loop.
 	crash := write("crash.yaml", deployment("crasher", image.DemoServer.Ref(registry), "--no-such-flag"))
 	out = e.RunFail("deploy", "-f", crash, "--cluster", "demo", "--timeout", timeout.String())
-	if !strings.Contains(out, "container main is crash-looping (") || !strings.Contains(out, "last exit code 2") {
+	if !strings.Contains(out, "container main is crash-looping (") || !strings.Contains(out, "last exit code 2") || !strings.Contains(out, "Deployment default/crasher (InProgress): pod crasher-") {
 		t.Fatalf("want the crash loop with its exit code in:\n%s", out)
 	}
 	t.Logf("its error:\n%s", out)
