@@ -255,8 +255,8 @@ func (p *printer) outcome(release string, out *deploy.Outcome, err error) error 
 func (p *printer) dryRun(ctx context.Context, t *target, dc *deploy.Cluster, res *deploy.Result, applyErr error) error {
 	var changes []capacity.Change
 	for _, o := range res.Objects {
-		if o.Planned != nil && (o.Action == "created" || o.Action == "changed") {
-			changes = append(changes, capacity.Change{Object: o.Planned, Existing: o.Action == "changed"})
+		if o.Planned != nil && (o.Action == "created" || o.Action == "changed" || o.Action == "pruned") {
+			changes = append(changes, capacity.Change{Object: o.Planned, Existing: o.Action == "changed", Removed: o.Action == "pruned"})
 		}
 	}
 	var est *capacity.Estimate
@@ -310,6 +310,10 @@ func printEstimate(out io.Writer, est *capacity.Estimate) {
 			fmt.Fprintf(tw, "  %s\t%s\t%d\t+%d\t%s\t+%s\n", g.Pool, g.InstanceType, g.From, g.Add, capacity.FormatPrice(g.PricePerHour), capacity.FormatPrice(g.CostPerHour))
 		}
 		tw.Flush()
+	}
+	for _, f := range est.Free {
+		fmt.Fprintf(out, "capacity: pool %s (%s) would no longer need %d node(s), -%s per hour, once unneeded for %s: %s\n",
+			f.Pool, f.InstanceType, len(f.Nodes), capacity.FormatPrice(f.SavingPerHour), f.After, strings.Join(f.Nodes, ", "))
 	}
 	fmt.Fprintf(out, "capacity: price change %+.2f per hour\n", est.CostPerHour)
 	for _, r := range est.NoRoom {

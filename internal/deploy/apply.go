@@ -75,7 +75,8 @@ type ObjectResult struct {
 	Problems []string `json:"problems,omitempty"`
 	Diff     string   `json:"diff,omitempty"`
 	Error    string   `json:"error,omitempty"`
-	// Planned is the object as the dry run returned it (dry run only).
+	// Planned is the object as the dry run returned it, or the object a
+	// dry run would prune (dry run only).
 	Planned *unstructured.Unstructured `json:"-"`
 }
 
