@@ -6,9 +6,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
+	"net/url"
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"text/tabwriter"
 	"time"
 
@@ -189,6 +192,9 @@ the new pods and what they cost per hour.`,
 			if dryRun && out != nil && out.Result != nil {
 				return p.dryRun(ctx, &t, dc, out.Result, err)
 			}
+			if dryRun && err != nil {
+				return unreachable(err)
+			}
 			return p.outcome(name, out, err)
 		},
 	}
@@ -224,7 +230,20 @@ func (p *printer) progress(pr deploy.Progress) {
 	fmt.Fprintln(p.out, line)
 }
 
+// unreachable words an error of a tenant API server that does not answer.
+func unreachable(err error) error {
+	var uerr *url.Error
+	var nerr *net.OpError
+	if errors.As(err, &uerr) || errors.As(err, &nerr) || errors.Is(err, syscall.ECONNREFUSED) {
+		return fmt.Errorf("the cluster's API server does not answer: %w; nothing was applied", err)
+	}
+	return err
+}
+
 func (p *printer) outcome(release string, out *deploy.Outcome, err error) error {
+	if out == nil && err != nil {
+		err = unreachable(err)
+	}
 	if p.json {
 		doc := map[string]any{"release": release, "ready": err == nil}
 		if out != nil {
@@ -379,7 +398,7 @@ have. Without --to: the newest healthy revision before the latest one.`,
 			}
 			release, err := pickRelease(ctx, deploy.Store{Client: dc.Client}, name)
 			if err != nil {
-				return err
+				return unreachable(err)
 			}
 			p := &printer{out: g.out, json: output == "json"}
 			d := &deploy.Deployer{Cluster: dc}
@@ -417,7 +436,7 @@ func newReleasesCmd(g *globals) *cobra.Command {
 			}
 			revs, err := deploy.Store{Client: dc.Client}.List(ctx, name)
 			if err != nil {
-				return err
+				return unreachable(err)
 			}
 			slices.SortFunc(revs, func(a, b deploy.Revision) int {
 				if c := strings.Compare(a.Release, b.Release); c != 0 {
@@ -442,7 +461,11 @@ func newReleasesCmd(g *globals) *cobra.Command {
 				if len(digest) > 12 {
 					digest = digest[:12]
 				}
-				fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%d\t%s\t%s\t%s\t%s\n", r.Release, r.Number, r.Status, ageOf(r.Applied), r.Objects, orDash(string(r.Kind)), orDash(digest), orDash(r.Source), orDash(r.Message))
+				msg := r.Message
+				if len(msg) > 100 {
+					msg = msg[:97] + "..." // -o yaml shows it whole
+				}
+				fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%d\t%s\t%s\t%s\t%s\n", r.Release, r.Number, r.Status, ageOf(r.Applied), r.Objects, orDash(string(r.Kind)), orDash(digest), orDash(r.Source), orDash(msg))
 			}
 			return tw.Flush()
 		},
