@@ -165,7 +165,9 @@ the new pods and what they cost per hour.`,
 			if ns == "" {
 				ns = "default"
 			}
-			rendered, err := deploy.Render(deploy.Source{Path: path, ValuesFiles: values, Set: set, ReleaseName: name, Namespace: ns})
+			// Rendering comes before any connection, so that bad input is
+			// refused first: charts see the version fke runs by default.
+			rendered, err := deploy.Render(deploy.Source{Path: path, ValuesFiles: values, Set: set, ReleaseName: name, Namespace: ns, KubeVersion: cluster.SupportedVersion})
 			if err != nil {
 				return fmt.Errorf("%w; nothing was applied", err)
 			}
