@@ -147,7 +147,8 @@ default: the base name of PATH) in the cluster: see them with
 
 --dry-run changes nothing: the server checks every object, each one's diff is
 printed, and (with --cluster) the nodes the autoscaled pools would add for
-the new pods and what they cost per hour.`,
+the new pods or no longer need, and the change in price per hour, as the
+node autoscaler's own decisions find them.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if path == "" {
