@@ -415,29 +415,22 @@ func (m *memorySampler) stop() map[string]float64 {
 
 // pssMB is a process's proportional set size: its private pages plus its
 // share of the pages it shares (/proc/PID/smaps_rollup).
-func pssMB(pid int) float64 {
-	data, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/smaps_rollup")
-	if err != nil {
-		return 0
-	}
-	for _, line := range strings.Split(string(data), "\n") {
-		if f := strings.Fields(line); len(f) >= 2 && f[0] == "Pss:" {
-			v, _ := strconv.ParseFloat(f[1], 64)
-			return v / 1024
-		}
-	}
-	return 0
-}
+func pssMB(pid int) float64 { return procKB(pid, "smaps_rollup", "Pss:") / 1024 }
 
-func rssMB(pid int) float64 {
-	data, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
+// rssMB is a process's resident set size (VmRSS).
+func rssMB(pid int) float64 { return procKB(pid, "status", "VmRSS:") / 1024 }
+
+// procKB reads the kB figure of the line starting with key in
+// /proc/PID/file; 0 when the process or the line is gone.
+func procKB(pid int, file, key string) float64 {
+	data, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/" + file)
 	if err != nil {
 		return 0
 	}
 	for _, line := range strings.Split(string(data), "\n") {
-		if f := strings.Fields(line); len(f) >= 2 && f[0] == "VmRSS:" {
+		if f := strings.Fields(line); len(f) >= 2 && f[0] == key {
 			v, _ := strconv.ParseFloat(f[1], 64)
-			return v / 1024
+			return v
 		}
 	}
 	return 0
