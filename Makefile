@@ -20,7 +20,7 @@ build: ## build fke, fke-manager, fke-gpu-agent, fke-gpu-metrics, fke-pause and 
 	@mkdir -p $(BIN)
 	$(GO) build -o $(BIN)/ ./cmd/...
 
-binaries: ## build kube-apiserver, kube-controller-manager, kube-scheduler, kubelet, kubectl, kube-proxy, etcd, etcdutl, kwok, registry, coredns, metrics-server and kueue (for its e2e test) into _output/bin (skips current ones)
+binaries: ## build kube-apiserver, kube-controller-manager, kube-scheduler, kubelet, kubectl, kube-proxy, etcd, etcdutl, kwok, registry, coredns, metrics-server and kueue (for its e2e test) into _output/bin, and the v1.36 components into _output/bin/v1.36.3 (skips current ones)
 	@hack/k8s/build.sh $(BIN)
 
 $(CONTROLLER_GEN): hack/tools/go.mod hack/tools/go.sum
@@ -33,11 +33,19 @@ generate: $(CONTROLLER_GEN) ## regenerate deepcopy code and CRD manifests
 
 # Tenant-side CRDs are generated from upstream Go types, pinned here.
 AUTOSCALER_APIS := k8s.io/autoscaler/cluster-autoscaler/apis@v0.0.0-20240830133931-adfbe7e45277
+VPA_MODULE := k8s.io/autoscaler/vertical-pod-autoscaler@v1.8.1
 
-generate-tenant-crds: $(CONTROLLER_GEN) ## regenerate the tenant-side CRDs (ProvisioningRequest) and the provreq types' deepcopy
+generate-tenant-crds: $(CONTROLLER_GEN) ## regenerate the tenant-side CRDs (ProvisioningRequest, VerticalPodAutoscaler) and the provreq types' deepcopy
 	dir=$$($(GO) mod download -json $(AUTOSCALER_APIS) | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$$/\1/p') && \
 	  test -n "$$dir" && \
 	  cd "$$dir" && GOFLAGS=-mod=readonly $(CONTROLLER_GEN) crd paths=./provisioningrequest/autoscaling.x-k8s.io/... output:crd:dir=$(CURDIR)/config/tenant/crd
+	# controller-gen reports the checkpoint's int-keyed map, which upstream's
+	# markers already turn into a preserve-unknown-fields object: the files
+	# are written all the same.
+	dir=$$($(GO) mod download -json $(VPA_MODULE) | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$$/\1/p') && \
+	  test -n "$$dir" && \
+	  (cd "$$dir" && GOFLAGS=-mod=mod $(CONTROLLER_GEN) crd:allowDangerousTypes=true paths=./pkg/apis/autoscaling.k8s.io/v1/... output:crd:dir=$(CURDIR)/config/tenant/crd || true) && \
+	  test -s config/tenant/crd/autoscaling.k8s.io_verticalpodautoscalers.yaml && test -s config/tenant/crd/autoscaling.k8s.io_verticalpodautoscalercheckpoints.yaml
 	$(CONTROLLER_GEN) object paths=./internal/autoscaler/provreq/v1/...
 
 vet: ## go vet

@@ -118,7 +118,7 @@ func BenchmarkLocalNode(b *testing.B) {
 	for _, n := range nodes {
 		mb, byBinary, procs := nodeRSSMB(b, n)
 		sum += mb
-		sumNoProxy += mb - byBinary[local.KubeProxy]
+		sumNoProxy += mb - byBinary[binaries.KubeProxy]
 		b.Logf("node %s idle: %.0f MB RSS (%s)", n, mb, procs)
 	}
 	b.ReportMetric(sum/float64(len(nodes)), "MB-rss-per-idle-node")

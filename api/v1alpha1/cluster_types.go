@@ -30,6 +30,19 @@ type ClusterSpec struct {
 	// +optional
 	Version string `json:"version,omitempty"`
 
+	// AutoUpgrade lets fke upgrade the cluster on its own, inside the
+	// maintenance window: none (default), patch (newer patches of the same
+	// minor) or minor (also the next minor). A manual change of
+	// spec.version is always allowed.
+	// +kubebuilder:default=none
+	// +optional
+	AutoUpgrade AutoUpgradePolicy `json:"autoUpgrade,omitempty"`
+
+	// Maintenance is when disruptive operations fke starts on its own
+	// (automatic upgrades) may begin. Unset: at any time.
+	// +optional
+	Maintenance *MaintenanceWindow `json:"maintenance,omitempty"`
+
 	// Runtime says where the control plane runs.
 	// +kubebuilder:default=local
 	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="runtime is immutable"
@@ -61,6 +74,35 @@ type ClusterSpec struct {
 	// +optional
 	RestoreFrom *ClusterRestore `json:"restoreFrom,omitempty"`
 }
+
+// AutoUpgradePolicy says which upgrades fke starts on its own.
+// +kubebuilder:validation:Enum=none;patch;minor
+type AutoUpgradePolicy string
+
+const (
+	AutoUpgradeNone  AutoUpgradePolicy = "none"
+	AutoUpgradePatch AutoUpgradePolicy = "patch"
+	AutoUpgradeMinor AutoUpgradePolicy = "minor"
+)
+
+// MaintenanceWindow is a recurring time window, in UTC.
+type MaintenanceWindow struct {
+	// Start is the time of day the window opens, HH:MM in UTC.
+	// +kubebuilder:validation:Pattern=`^([01][0-9]|2[0-3]):[0-5][0-9]$`
+	Start string `json:"start"`
+	// Duration is how long the window stays open, 30m to 24h.
+	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('30m') && duration(self) <= duration('24h')",message="maintenance duration must be between 30m and 24h, such as 4h"
+	Duration metav1.Duration `json:"duration"`
+	// Days are the weekdays the window opens on (Mon ... Sun); empty: every day.
+	// +kubebuilder:validation:MaxItems=7
+	// +listType=set
+	// +optional
+	Days []Weekday `json:"days,omitempty"`
+}
+
+// Weekday is a day of the week, as its three-letter English name.
+// +kubebuilder:validation:Enum=Mon;Tue;Wed;Thu;Fri;Sat;Sun
+type Weekday string
 
 // ClusterBackup schedules etcd snapshots.
 type ClusterBackup struct {
@@ -273,6 +315,15 @@ type ClusterStatus struct {
 	// Version is the Kubernetes version the API server reports.
 	// +optional
 	Version string `json:"version,omitempty"`
+	// ControlPlane lists the control-plane components with the version each
+	// runs: during an upgrade they differ.
+	// +listType=map
+	// +listMapKey=name
+	// +optional
+	ControlPlane []ComponentVersion `json:"controlPlane,omitempty"`
+	// Upgrade is the last (or current) control-plane upgrade.
+	// +optional
+	Upgrade *UpgradeStatus `json:"upgrade,omitempty"`
 	// KubeconfigSecret names the Secret (key "value") holding the admin kubeconfig.
 	// +optional
 	KubeconfigSecret string `json:"kubeconfigSecret,omitempty"`
@@ -299,6 +350,39 @@ type ClusterStatus struct {
 	// +listMapKey=type
 	// +optional
 	Conditions []metav1.Condition `json:"conditions,omitempty"`
+}
+
+// ComponentVersion is a control-plane component and the version it runs.
+type ComponentVersion struct {
+	// Name is the component, e.g. kube-apiserver.
+	Name string `json:"name"`
+	// Version is the Kubernetes version it runs (empty for etcd).
+	// +optional
+	Version string `json:"version,omitempty"`
+	// Ready says whether it serves.
+	Ready bool `json:"ready"`
+}
+
+// UpgradeStatus follows one control-plane upgrade.
+type UpgradeStatus struct {
+	// From is the version the control plane ran before.
+	From string `json:"from"`
+	// To is the version it is upgraded to.
+	To string `json:"to"`
+	// Step is where the upgrade is: Snapshot, kube-apiserver,
+	// kube-controller-manager, kube-scheduler, Addons or Done.
+	Step string `json:"step"`
+	// Snapshot is the etcd snapshot taken before any component changed.
+	// +optional
+	Snapshot string `json:"snapshot,omitempty"`
+	// StartTime is when the upgrade began.
+	StartTime metav1.Time `json:"startTime"`
+	// CompletionTime is when every component ran To.
+	// +optional
+	CompletionTime *metav1.Time `json:"completionTime,omitempty"`
+	// Message says what failed, when a step failed.
+	// +optional
+	Message string `json:"message,omitempty"`
 }
 
 // AddonPhase is where an addon is: Installing, Ready, Failed or Removing.

@@ -24,6 +24,10 @@ const (
 	// ConditionRepairing is True on a Machine that auto-repair replaces; the
 	// reason says why (NodeStartupTimeout, NodeNotReady, GPUUnhealthy).
 	ConditionRepairing = "Repairing"
+	// ConditionUpgrading is True on a Cluster whose control plane is being
+	// upgraded (the reason is the step), False once it is done (Upgraded)
+	// or when a step failed (UpgradeFailed, retried).
+	ConditionUpgrading = "Upgrading"
 	// ConditionRepairBlocked is True on a NodePool whose unhealthy machines
 	// are left alone (too many unhealthy at once, or backing off).
 	ConditionRepairBlocked = "RepairBlocked"
@@ -54,6 +58,11 @@ const (
 	ReasonGPUAgentFailed = "GPUAgentFailed"
 	// ReasonProvisionFailed: the provider failed to make the instance.
 	ReasonProvisionFailed = "ProvisionFailed"
+	// ReasonUpgraded: every control-plane component runs spec.version.
+	ReasonUpgraded = "Upgraded"
+	// ReasonUpgradeFailed: an upgrade step failed; the cluster serves at the
+	// versions it ran and the step is retried.
+	ReasonUpgradeFailed = "UpgradeFailed"
 	// ReasonAddonsNotReady: a Cluster's addons are not installed or ready.
 	ReasonAddonsNotReady = "AddonsNotReady"
 	// ReasonAddonFailed: one of a Cluster's addons failed (status.addons says which and why).

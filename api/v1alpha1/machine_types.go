@@ -30,6 +30,10 @@ type MachineSpec struct {
 	InstanceType string `json:"instanceType"`
 	// Provider makes the node.
 	Provider ProviderName `json:"provider"`
+	// Version is the Kubernetes version of the node's kubelet; empty on
+	// machines made before versions were recorded (the default version).
+	// +optional
+	Version string `json:"version,omitempty"`
 	// TemplateHash identifies the pool template the machine was made from.
 	// +optional
 	TemplateHash string `json:"templateHash,omitempty"`

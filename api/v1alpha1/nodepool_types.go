@@ -39,6 +39,16 @@ type NodePoolSpec struct {
 	// +optional
 	PoolName string `json:"poolName,omitempty"`
 
+	// Version pins the Kubernetes version of the pool's kubelets. Empty:
+	// the pool follows its cluster, and its nodes are replaced (rolling,
+	// within spec.upgrade) once the cluster's control plane has been
+	// upgraded. A pinned version must be one fke runs, not newer than the
+	// cluster's and at most three minors older (checked at admission).
+	// +kubebuilder:validation:Pattern=`^v1\.[0-9]+\.[0-9]+$`
+	// +kubebuilder:validation:MaxLength=32
+	// +optional
+	Version string `json:"version,omitempty"`
+
 	// InstanceType names the InstanceType of every node in the pool.
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=63

@@ -161,6 +161,15 @@ func (v *Validator) checkNodePool(ctx context.Context, np, old *fkev1.NodePool) 
 			return nil, fmt.Errorf("reading instance type %s: %w", np.Spec.InstanceType, err)
 		}
 	}
+	if np.Spec.Version != "" && (old == nil || old.Spec.Version != np.Spec.Version) {
+		msg, err := v.checkPoolVersion(ctx, np)
+		if err != nil {
+			return nil, err
+		}
+		if msg != "" {
+			msgs = append(msgs, msg)
+		}
+	}
 	grows := old == nil || PoolMaximum(np.Spec) > PoolMaximum(old.Spec)
 	if !grows {
 		// Nothing below applies (the autoscaler's resizes end here).
@@ -191,6 +200,31 @@ func (v *Validator) checkNodePool(ctx context.Context, np, old *fkev1.NodePool) 
 		msgs = append(msgs, msg)
 	}
 	return msgs, nil
+}
+
+// checkPoolVersion checks a pool's pinned version: one this fke runs, and
+// within the skew policy of its cluster's control plane (the version its
+// spec asks for and, during an upgrade, the one it still runs).
+func (v *Validator) checkPoolVersion(ctx context.Context, np *fkev1.NodePool) (string, error) {
+	if err := versions.CheckRunnable(np.Spec.Version); err != nil {
+		return "spec.version: " + err.Error(), nil
+	}
+	cl := &fkev1.Cluster{}
+	err := v.Reader.Get(ctx, client.ObjectKey{Namespace: np.Namespace, Name: np.Spec.ClusterName}, cl)
+	if apierrors.IsNotFound(err) {
+		return "", nil // reported with the cluster name below
+	}
+	if err != nil {
+		return "", fmt.Errorf("reading cluster %s: %w", np.Spec.ClusterName, err)
+	}
+	cp := versions.OrDefault(cl.Spec.Version)
+	if up := cl.Status.Upgrade; up != nil && up.CompletionTime == nil && up.From != "" {
+		cp = up.From
+	}
+	if err := versions.CheckKubeletSkew(cp, np.Spec.Version); err != nil {
+		return "spec.version: " + err.Error(), nil
+	}
+	return "", nil
 }
 
 // checkRoom checks that cl's pod range holds its pools with np at its new size.

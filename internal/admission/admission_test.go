@@ -103,7 +103,11 @@ func TestCheckCluster(t *testing.T) {
 		want    string
 	}{
 		{"create runnable", mk("v1.37.2", 0), nil, ""},
-		{"create unknown version", mk("v1.99.0", 0), nil, `spec.version: Kubernetes version "v1.99.0" is not available in this fke: use one of v1.37.2`},
+		{"create unknown version", mk("v1.99.0", 0), nil, `spec.version: Kubernetes version "v1.99.0" is not available in this fke: use one of v1.36.3, v1.37.2`},
+		{"create on the older minor", mk("v1.36.3", 0), nil, ""},
+		{"upgrade one minor", mk("v1.37.2", 0), mk("v1.36.3", 0), ""},
+		{"skip a minor", mk("v1.37.2", 0), mk("v1.35.0", 0), "upgrade one minor version at a time (to v1.36.x first)"},
+		{"downgrade", mk("v1.36.3", 0), mk("v1.37.2", 0), "downgrades are not supported"},
 		{"update to an unknown version", mk("v1.38.0", 0), mk("v1.37.2", 0), `Kubernetes version "v1.38.0" is not available`},
 		{"update back", mk("v1.37.2", 0), mk("v1.38.1", 0), "downgrades are not supported"},
 		{"legacy version kept", mk("v1.99.0", 4), mk("v1.99.0", 0), ""},
@@ -151,7 +155,9 @@ func TestCheckNodePool(t *testing.T) {
 	small.Spec.Network.PodCIDR = "10.0.0.0/24"
 	legacy := &fkev1.NodePool{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "big"},
 		Spec: fkev1.NodePoolSpec{ClusterName: "small", InstanceType: "cpu-small", Replicas: ptr.To[int32](2), Labels: map[string]string{"kubernetes.io/role": "x"}}}
-	c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(demo, gone, small, it, existing, legacy).Build()
+	old := &fkev1.Cluster{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "old"}}
+	old.Spec.Version = "v1.36.3"
+	c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(demo, gone, small, old, it, existing, legacy).Build()
 	v := New(scheme, c, func() []fkev1.ProviderName { return []fkev1.ProviderName{fkev1.ProviderKwok} })
 
 	pool := func(mut func(*fkev1.NodePool)) *fkev1.NodePool {
@@ -184,6 +190,10 @@ func TestCheckNodePool(t *testing.T) {
 			np.Spec.Replicas = ptr.To[int32](1)
 		}),
 			pool(func(np *fkev1.NodePool) { np.Spec.Labels = map[string]string{"team": "a b"} }), ""},
+		{"pinned to the older minor", pool(func(np *fkev1.NodePool) { np.Spec.Version = "v1.36.3" }), nil, ""},
+		{"pinned newer than the cluster", pool(func(np *fkev1.NodePool) { np.Spec.Version = "v1.37.2"; np.Spec.ClusterName = "old" }), nil,
+			"spec.version: nodes at v1.37.2 would be newer than their control plane at v1.36.3: upgrade the cluster first"},
+		{"pinned to a version fke does not run", pool(func(np *fkev1.NodePool) { np.Spec.Version = "v1.35.0" }), nil, `spec.version: Kubernetes version "v1.35.0" is not available`},
 		{"several problems at once", pool(func(np *fkev1.NodePool) { np.Spec.ClusterName = "nope"; np.Spec.InstanceType = "gpu-x" }), nil, `instance type "gpu-x" does not exist`},
 	}
 	renamed := func(from string) *fkev1.NodePool {

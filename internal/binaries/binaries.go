@@ -8,7 +8,10 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
+
+	"fke.dev/fke/internal/versions"
 )
 
 // EnvDir names the environment variable that points at a directory of binaries.
@@ -90,10 +93,30 @@ func (f Finder) Path(name string) (string, error) {
 			return p, nil
 		}
 	}
-	if p, err := exec.LookPath(name); err == nil {
-		return p, nil
+	if !strings.Contains(name, "/") {
+		if p, err := exec.LookPath(name); err == nil {
+			return p, nil
+		}
 	}
 	return "", &MissingError{Name: name, Visited: dirs}
+}
+
+// Versioned lists the binaries built per Kubernetes version: those of the
+// default version sit in the binaries directory itself, those of another
+// version in a subdirectory named after it (e.g. v1.36.3/kubelet).
+var Versioned = []string{KubeAPIServer, KubeControllerManager, KubeScheduler, Kubelet, KubeProxy}
+
+// KubeProxy is the kube-proxy binary every local node runs.
+const KubeProxy = "kube-proxy"
+
+// PathFor returns the binary name of Kubernetes version (empty: the
+// default). The default version's binaries are found as Path finds them; so
+// is a binary that is not built per version (see Versioned).
+func (f Finder) PathFor(version, name string) (string, error) {
+	if version == "" || version == versions.Default || !slices.Contains(Versioned, name) {
+		return f.Path(name)
+	}
+	return f.Path(filepath.Join(version, name))
 }
 
 // Paths resolves several binaries at once, reporting every missing one.

@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"fke.dev/fke/internal/versions"
 )
 
 func TestFinder(t *testing.T) {
@@ -61,5 +63,38 @@ func TestPathsReportsEveryMissing(t *testing.T) {
 	_, err := Finder{Dir: t.TempDir()}.Paths("missing-one", "missing-two")
 	if err == nil || !strings.Contains(err.Error(), "missing-one") || !strings.Contains(err.Error(), "missing-two") {
 		t.Fatalf("want both names in error, got %v", err)
+	}
+}
+
+func TestPathForVersion(t *testing.T) {
+	dir := t.TempDir()
+	write := func(rel string) {
+		p := filepath.Join(dir, rel)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte("#!/bin/sh\n"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(Kubelet)
+	write(filepath.Join(versions.Previous, Kubelet))
+	write(Etcd)
+	f := Finder{Dir: dir}
+	cases := []struct{ version, name, want string }{
+		{"", Kubelet, filepath.Join(dir, Kubelet)},
+		{versions.Default, Kubelet, filepath.Join(dir, Kubelet)},
+		{versions.Previous, Kubelet, filepath.Join(dir, versions.Previous, Kubelet)},
+		{versions.Previous, Etcd, filepath.Join(dir, Etcd)}, // not built per version
+	}
+	for _, c := range cases {
+		got, err := f.PathFor(c.version, c.name)
+		if err != nil || got != c.want {
+			t.Errorf("PathFor(%q, %s) = %q, %v; want %q", c.version, c.name, got, err, c.want)
+		}
+	}
+	var missing *MissingError
+	if _, err := f.PathFor(versions.Previous, KubeAPIServer); !errors.As(err, &missing) {
+		t.Errorf("a missing versioned binary: %v, want a MissingError", err)
 	}
 }

@@ -29,6 +29,7 @@ import (
 	fkev1 "fke.dev/fke/api/v1alpha1"
 	"fke.dev/fke/internal/addons"
 	"fke.dev/fke/internal/controller/cluster"
+	"fke.dev/fke/internal/versions"
 )
 
 func newClusterCmd(g *globals) *cobra.Command {
@@ -38,7 +39,7 @@ func newClusterCmd(g *globals) *cobra.Command {
 		Short:   "Create, list, inspect and delete tenant clusters",
 	}
 	cmd.AddCommand(newClusterCreateCmd(g), newClusterListCmd(g), newClusterGetCmd(g), newClusterDeleteCmd(g),
-		newClusterBackupCmd(g), newClusterBackupsCmd(g), newClusterRestoreCmd(g))
+		newClusterUpgradeCmd(g), newClusterBackupCmd(g), newClusterBackupsCmd(g), newClusterRestoreCmd(g))
 	return cmd
 }
 
@@ -59,6 +60,8 @@ func newClusterCreateCmd(g *globals) *cobra.Command {
 		expander   string
 		metrics    bool
 		gpuMetrics bool
+		auto       string
+		window     string
 
 		podCIDR, serviceCIDR string
 	)
@@ -84,6 +87,15 @@ func newClusterCreateCmd(g *globals) *cobra.Command {
 				seen[np.PoolName()] = true
 				nps = append(nps, np)
 			}
+			mw, err := parseMaintenance(window)
+			if err != nil {
+				return err
+			}
+			switch fkev1.AutoUpgradePolicy(auto) {
+			case fkev1.AutoUpgradeNone, fkev1.AutoUpgradePatch, fkev1.AutoUpgradeMinor:
+			default:
+				return fmt.Errorf("--auto-upgrade %q: use none, patch or minor", auto)
+			}
 			c, err := g.client()
 			if err != nil {
 				return err
@@ -102,6 +114,8 @@ func newClusterCreateCmd(g *globals) *cobra.Command {
 					Autoscaling: fkev1.ClusterAutoscaling{Expander: fkev1.Expander(expander)},
 					Addons: fkev1.ClusterAddons{MetricsServer: fkev1.MetricsServerAddon{Enabled: &metrics},
 						GPUMetrics: fkev1.GPUMetricsAddon{Enabled: &gpuMetrics}},
+					AutoUpgrade: fkev1.AutoUpgradePolicy(auto),
+					Maintenance: mw,
 				},
 			}
 			if err := c.Create(cmd.Context(), cl); err != nil {
@@ -127,16 +141,48 @@ func newClusterCreateCmd(g *globals) *cobra.Command {
 			return nil
 		},
 	}
-	cmd.Flags().StringVar(&version, "version", cluster.SupportedVersion, "Kubernetes version of the control plane")
+	cmd.Flags().StringVar(&version, "version", versions.Default, "Kubernetes version of the control plane (`fke versions` lists them)")
 	cmd.Flags().BoolVar(&wait, "wait", false, "wait until the cluster (and its node pools) are Ready")
 	cmd.Flags().BoolVar(&metrics, "metrics-server", true, "run metrics-server for the cluster (kubectl top, HPAs on CPU and memory); --metrics-server=false to leave it out")
 	cmd.Flags().BoolVar(&gpuMetrics, "gpu-metrics", true, "run the GPU metrics adapter for the cluster (custom.metrics.k8s.io: HPAs on DCGM_FI_DEV_GPU_UTIL, ...); --gpu-metrics=false to leave it out")
 	cmd.Flags().StringVar(&expander, "expander", string(fkev1.ExpanderLeastWaste), "node autoscaler expander: least-waste, price, priority or random")
 	cmd.Flags().StringArrayVar(&pools, "nodepool", nil, "add a node pool: name=N,type=T,replicas=R or name=N,type=T,min=A,max=B (repeatable)")
+	cmd.Flags().StringVar(&auto, "auto-upgrade", string(fkev1.AutoUpgradeNone), "upgrades fke starts on its own inside the maintenance window: none, patch or minor")
+	cmd.Flags().StringVar(&window, "maintenance", "", "maintenance window in UTC: START/DURATION[/DAYS], e.g. 22:00/4h or 03:00/2h/Sat,Sun")
 	cmd.Flags().DurationVar(&timeout, "timeout", 5*time.Minute, "how long --wait waits")
 	cmd.Flags().StringVar(&podCIDR, "pod-cidr", "", "pod range, /20 or larger (default: a free /14 that overlaps no host route or other cluster)")
 	cmd.Flags().StringVar(&serviceCIDR, "service-cidr", "", "Service range, /12 or smaller (default 10.96.0.0/16)")
 	return cmd
+}
+
+// parseMaintenance reads START/DURATION[/DAYS] (UTC), e.g. 22:00/4h or
+// 03:00/2h/Sat,Sun; "" is no window.
+func parseMaintenance(s string) (*fkev1.MaintenanceWindow, error) {
+	if s == "" {
+		return nil, nil
+	}
+	parts := strings.Split(s, "/")
+	if len(parts) < 2 || len(parts) > 3 {
+		return nil, fmt.Errorf("--maintenance %q: write START/DURATION[/DAYS], e.g. 22:00/4h or 03:00/2h/Sat,Sun", s)
+	}
+	var h, m int
+	if n, err := fmt.Sscanf(parts[0], "%d:%d", &h, &m); err != nil || n != 2 || h > 23 || m > 59 || len(parts[0]) != 5 {
+		return nil, fmt.Errorf("--maintenance %q: start %q must be HH:MM in UTC, e.g. 22:00", s, parts[0])
+	}
+	d, err := time.ParseDuration(parts[1])
+	if err != nil || d < 30*time.Minute || d > 24*time.Hour {
+		return nil, fmt.Errorf("--maintenance %q: duration %q must be between 30m and 24h, e.g. 4h", s, parts[1])
+	}
+	w := &fkev1.MaintenanceWindow{Start: parts[0], Duration: metav1.Duration{Duration: d}}
+	if len(parts) == 3 {
+		for _, day := range strings.Split(parts[2], ",") {
+			if !slices.Contains([]string{"Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun"}, day) {
+				return nil, fmt.Errorf("--maintenance %q: day %q must be one of Mon, Tue, Wed, Thu, Fri, Sat, Sun", s, day)
+			}
+			w.Days = append(w.Days, fkev1.Weekday(day))
+		}
+	}
+	return w, nil
 }
 
 // createPools creates the pools of a cluster just created. It is all or
@@ -292,6 +338,16 @@ func describeCluster(ctx context.Context, c client.Client, cl *fkev1.Cluster, ou
 	fmt.Fprintf(tw, "Name:\t%s\n", cl.Name)
 	fmt.Fprintf(tw, "Namespace:\t%s\n", cl.Namespace)
 	fmt.Fprintf(tw, "Version:\t%s (reported: %s)\n", cl.Spec.Version, orDash(cl.Status.Version))
+	if len(cl.Status.ControlPlane) > 0 {
+		fmt.Fprintf(tw, "Components:\t%s\n", componentSummary(cl.Status.ControlPlane))
+	}
+	if up := cl.Status.Upgrade; up != nil {
+		state := "step " + up.Step
+		if up.CompletionTime != nil {
+			state = "done in " + up.CompletionTime.Sub(up.StartTime.Time).Round(100*time.Millisecond).String()
+		}
+		fmt.Fprintf(tw, "Upgrade:\t%s → %s, %s (snapshot %s)\n", up.From, up.To, state, orDash(up.Snapshot))
+	}
 	fmt.Fprintf(tw, "Runtime:\t%s\n", cl.Spec.Runtime)
 	fmt.Fprintf(tw, "Phase:\t%s\n", orDash(cl.Status.Phase))
 	fmt.Fprintf(tw, "Endpoint:\t%s\n", orDash(cl.Status.Endpoint))
@@ -340,6 +396,23 @@ func describeCluster(ctx context.Context, c client.Client, cl *fkev1.Cluster, ou
 		}
 	}
 	return printEvents(ctx, c, cl.Namespace, out, object{"Cluster", cl.Name})
+}
+
+// componentSummary writes each component with its version, e.g.
+// "kube-apiserver v1.37.2, kube-scheduler v1.36.3".
+func componentSummary(cs []fkev1.ComponentVersion) string {
+	var parts []string
+	for _, c := range cs {
+		if c.Version == "" {
+			continue
+		}
+		p := c.Name + " " + c.Version
+		if !c.Ready {
+			p += " (not ready)"
+		}
+		parts = append(parts, p)
+	}
+	return strings.Join(parts, ", ")
 }
 
 // printAddons lists the cluster's addons: those in status, then those

@@ -18,6 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	fkev1 "fke.dev/fke/api/v1alpha1"
+	"fke.dev/fke/internal/versions"
 )
 
 func newNodePoolCmd(g *globals) *cobra.Command {
@@ -43,6 +44,7 @@ type poolOptions struct {
 	taints          []string
 	gpuReplicas     int32
 	migStrategy     string
+	version         string
 }
 
 // splitPoolRef parses CLUSTER/NAME.
@@ -72,8 +74,13 @@ func buildPool(namespace, clusterName, name string, o poolOptions, replicasSet, 
 		},
 		Spec: fkev1.NodePoolSpec{
 			ClusterName: clusterName, PoolName: name, InstanceType: o.instanceType,
-			Provider: fkev1.ProviderName(o.provider), DisableGPUTaint: o.disableGPUTaint,
+			Provider: fkev1.ProviderName(o.provider), DisableGPUTaint: o.disableGPUTaint, Version: o.version,
 		},
+	}
+	if o.version != "" {
+		if _, err := versions.Parse(o.version); err != nil {
+			return nil, fmt.Errorf("--version: %w", err)
+		}
 	}
 	switch o.migStrategy {
 	case "", "none", "single", "mixed":
@@ -196,6 +203,7 @@ func addPoolFlags(cmd *cobra.Command, o *poolOptions) {
 	cmd.Flags().Int32Var(&o.priority, "priority", 0, "autoscaling: rank for the priority expander (higher wins)")
 	cmd.Flags().Int32Var(&o.gpuReplicas, "gpu-time-slicing", 0, "GPU types: advertise each GPU this many times (time-slicing; pods share it)")
 	cmd.Flags().StringVar(&o.migStrategy, "mig-strategy", "", "GPU types: how MIG devices are advertised: none, single or mixed")
+	cmd.Flags().StringVar(&o.version, "version", "", "pin the nodes' Kubernetes version (default: follow the cluster; see `fke versions`)")
 }
 
 func newNodePoolCreateCmd(g *globals) *cobra.Command {

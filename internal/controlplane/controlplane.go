@@ -19,8 +19,14 @@ type Ports struct {
 type Spec struct {
 	// Key identifies the control plane ("namespace/name" of its Cluster).
 	Key string
-	// Version is the Kubernetes version, e.g. v1.37.2.
+	// Version is the Kubernetes version, e.g. v1.37.2: the version Upgrade
+	// moves a component to, and the one a component starts at unless
+	// ComponentVersions names another.
 	Version string
+	// ComponentVersions is the version a component starts at when it does
+	// not run (by component name; etcd has none): during an upgrade, the
+	// components not yet upgraded start again at the version they ran.
+	ComponentVersions map[string]string
 	// Ports must be free or already used by this control plane.
 	Ports Ports
 	// PodCIDR and ServiceCIDR are the cluster's address ranges.
@@ -60,6 +66,9 @@ type ComponentStatus struct {
 	Restarts int
 	// PID is the process id of a local component (0 when not running).
 	PID int
+	// Version is the Kubernetes version the component runs (empty for etcd
+	// and addons).
+	Version string
 }
 
 // Status is the observed state of a control plane.
@@ -111,6 +120,16 @@ type Addon struct {
 	HealthServerName string
 }
 
+// ComponentVersion returns the version component runs at ("" when unknown).
+func (s Status) ComponentVersion(component string) string {
+	for _, c := range s.Components {
+		if c.Name == component {
+			return c.Version
+		}
+	}
+	return ""
+}
+
 // Ready reports whether every component is ready.
 func (s Status) Ready() bool {
 	if len(s.Components) != len(Components) {
@@ -154,6 +173,13 @@ type Runtime interface {
 	// aside (kept, not deleted), so that the next Ensure with Spec.Restore
 	// starts from a snapshot: a restore in place.
 	SetAsideData(ctx context.Context, key string) error
+	// Upgrade replaces the running component of spec.Key (kube-apiserver,
+	// kube-controller-manager or kube-scheduler) by spec.Version's and
+	// returns once the new one is ready. The API server is replaced without
+	// a gap where the runtime can run two at once. When the new component
+	// does not become ready, the old version runs again (or still runs) and
+	// the error says why. A component already at spec.Version is left alone.
+	Upgrade(ctx context.Context, spec Spec, component string) error
 	// Delete stops the components of key and removes their data. Idempotent.
 	Delete(ctx context.Context, key string) error
 	// EnsureAddons makes the addon processes of key be exactly addons: it

@@ -196,6 +196,7 @@ func Run(ctx context.Context, opts Options) error {
 	defer approvers.StopAll()
 	if err := (&cluster.Reconciler{
 		Client:      mgr.GetClient(),
+		APIReader:   mgr.GetAPIReader(),
 		Runtime:     rt,
 		BackupDir:   backupDir,
 		Recorder:    mgr.GetEventRecorder("fke-cluster"),

@@ -76,6 +76,10 @@ type NodeSpec struct {
 	MachineName string
 	// InstanceType is the shape of the node.
 	InstanceType *fkev1.InstanceType
+	// Version is the Kubernetes version of the node's kubelet (and
+	// kube-proxy); empty means the default version. Providers that
+	// simulate nodes report it in the Node's status.
+	Version string
 	// Template is the Node to register (see nodetemplate.Build): its name,
 	// labels, taints, capacity and allocatable. Providers that register the
 	// Node themselves (kwok) create it from the template; providers whose

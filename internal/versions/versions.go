@@ -14,9 +14,14 @@ import (
 // default in the Cluster CRD (api/v1alpha1, spec.version).
 const Default = "v1.37.2"
 
+// Previous is the newest patch of the minor before Default: clusters may be
+// created on it and upgraded from it to Default. Its components are built
+// beside Default's (hack/k8s/v1.36).
+const Previous = "v1.36.3"
+
 // supported lists the versions whose upstream binaries this fke ships and
 // runs, oldest first.
-var supported = []string{Default}
+var supported = []string{Previous, Default}
 
 // Supported returns the versions this fke can run, oldest first.
 func Supported() []string { return slices.Clone(supported) }
@@ -90,4 +95,63 @@ func CheckUpgrade(from, to string) error {
 		return fmt.Errorf("cannot upgrade a cluster from %s to %s: upgrade one minor version at a time (to v%d.%d.x first)", from, to, f.Major, f.Minor+1)
 	}
 	return nil
+}
+
+// UpgradeTargets returns the versions this fke runs that a cluster at from
+// may be upgraded to (newer, one minor at most), oldest first.
+func UpgradeTargets(from string) []string {
+	f, err := Parse(from)
+	if err != nil {
+		return nil
+	}
+	var out []string
+	for _, v := range supported {
+		t, err := Parse(v)
+		if err != nil || t.Compare(f) <= 0 {
+			continue
+		}
+		if CheckUpgrade(from, v) == nil {
+			out = append(out, v)
+		}
+	}
+	return out
+}
+
+// CheckKubeletSkew returns nil when kubelets at version node may join a
+// control plane at version controlPlane: never newer, at most three minors
+// older (the Kubernetes version skew policy).
+func CheckKubeletSkew(controlPlane, node string) error {
+	cp, err := Parse(controlPlane)
+	if err != nil {
+		return err
+	}
+	n, err := Parse(node)
+	if err != nil {
+		return err
+	}
+	switch {
+	case n.Major != cp.Major || n.Minor > cp.Minor:
+		return fmt.Errorf("nodes at %s would be newer than their control plane at %s: upgrade the cluster first", node, controlPlane)
+	case n.Minor+3 < cp.Minor:
+		return fmt.Errorf("nodes at %s are more than three minor versions older than their control plane at %s", node, controlPlane)
+	}
+	return nil
+}
+
+// Minor returns "vMAJOR.MINOR" of a version, or v itself when it does not parse.
+func Minor(v string) string {
+	p, err := Parse(v)
+	if err != nil {
+		return v
+	}
+	return fmt.Sprintf("v%d.%d", p.Major, p.Minor)
+}
+
+// OrDefault returns v, or Default when v is empty (objects made before
+// versions were recorded run the default version).
+func OrDefault(v string) string {
+	if v == "" {
+		return Default
+	}
+	return v
 }

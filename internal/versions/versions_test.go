@@ -88,3 +88,40 @@ func FuzzParse(f *testing.F) {
 		}
 	})
 }
+
+func TestUpgradeTargets(t *testing.T) {
+	cases := map[string][]string{
+		Previous:  {Default},
+		Default:   nil,
+		"v1.35.9": {Previous},
+		"v1.36.0": {Previous, Default},
+		"bad":     nil,
+	}
+	for from, want := range cases {
+		got := UpgradeTargets(from)
+		if strings.Join(got, ",") != strings.Join(want, ",") {
+			t.Errorf("UpgradeTargets(%s) = %v, want %v", from, got, want)
+		}
+	}
+}
+
+func TestCheckKubeletSkew(t *testing.T) {
+	cases := []struct {
+		cp, node string
+		ok       bool
+	}{
+		{"v1.37.2", "v1.37.2", true},
+		{"v1.37.2", "v1.36.3", true},
+		{"v1.37.2", "v1.34.0", true},
+		{"v1.37.2", "v1.33.9", false},
+		{"v1.36.3", "v1.37.2", false},
+		{"v1.37.0", "v1.37.2", true}, // patch skew is allowed
+		{"v1.37.2", "v2.37.2", false},
+	}
+	for _, c := range cases {
+		err := CheckKubeletSkew(c.cp, c.node)
+		if (err == nil) != c.ok {
+			t.Errorf("CheckKubeletSkew(%s, %s) = %v, want ok=%v", c.cp, c.node, err, c.ok)
+		}
+	}
+}

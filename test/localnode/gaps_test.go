@@ -18,6 +18,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
@@ -33,6 +34,7 @@ import (
 	"fke.dev/fke/internal/hostnet"
 	"fke.dev/fke/internal/nodeprovider/local"
 	"fke.dev/fke/internal/nodeutil"
+	"fke.dev/fke/internal/versions"
 	"fke.dev/fke/test/testenv"
 )
 
@@ -247,11 +249,13 @@ func testFailedLaunch(t *testing.T, e *testenv.Env, archive string) {
 }
 
 // testSecondCluster runs a second cluster with one local node beside the
-// first: its own pod and Service ranges, a pod reaching its own Service;
-// then `fke cluster delete` leaves nothing of its node while the first
+// first, on the previous Kubernetes minor: its own pod and Service ranges,
+// a pod reaching its own Service. The cluster is upgraded: its node is
+// replaced by one whose real kubelet runs the new version, which runs pods.
+// Then `fke cluster delete` leaves nothing of its nodes while the first
 // cluster's nodes stay Ready.
 func testSecondCluster(t *testing.T, e *testenv.Env, first kubernetes.Interface, firstNodes int) {
-	e.MustRun("cluster", "create", "other", "--service-cidr", "10.97.0.0/16", "--wait")
+	e.MustRun("cluster", "create", "other", "--version", versions.Previous, "--service-cidr", "10.97.0.0/16", "--wait")
 	e.MustRun("nodepool", "create", "other/cpu", "--provider", "local", "--instance-type", "cpu-small", "--replicas", "1")
 	demo, other := e.Cluster("demo"), e.Cluster("other")
 	for _, pair := range [][2]string{
@@ -265,18 +269,7 @@ func testSecondCluster(t *testing.T, e *testenv.Env, first kubernetes.Interface,
 		}
 	}
 	cs := e.Tenant("other")
-	var node corev1.Node
-	testenv.Eventually(t, 3*time.Minute, "the node of cluster other Ready", func() error {
-		list, err := cs.CoreV1().Nodes().List(t.Context(), metav1.ListOptions{})
-		if err != nil {
-			return err
-		}
-		if len(list.Items) != 1 || !nodeutil.NodeReady(&list.Items[0]) {
-			return fmt.Errorf("%d nodes, none Ready", len(list.Items))
-		}
-		node = list.Items[0]
-		return nil
-	})
+	node := oneReadyNode(t, cs, versions.Previous)
 	if cidr, err := netip.ParsePrefix(node.Spec.PodCIDR); err != nil || !netip.MustParsePrefix(other.Spec.Network.PodCIDR).Overlaps(cidr) {
 		t.Errorf("node %s has pod range %q, want one inside %s", node.Name, node.Spec.PodCIDR, other.Spec.Network.PodCIDR)
 	}
@@ -291,8 +284,80 @@ func testSecondCluster(t *testing.T, e *testenv.Env, first kubernetes.Interface,
 		t.Errorf("client logs %q, want the server's answer through its Service", logs)
 	}
 
-	port := other.Status.Ports.APIServer
+	old := node
+	start := time.Now()
+	e.MustRun("cluster", "upgrade", "other", "--version", versions.Default)
+	node = oneReadyNode(t, cs, versions.Default)
+	t.Logf("FIGURE upgrade %s → %s with one local node: %s (node %s replaced by %s)", versions.Previous, versions.Default, time.Since(start).Round(10*time.Millisecond), old.Name, node.Name)
+	if node.Name == old.Name {
+		t.Fatalf("node %s was not replaced", node.Name)
+	}
+	// The server pod went with the old node; the same pod on the new node
+	// serves the same Service.
+	testenv.Eventually(t, time.Minute, "pod server gone with the old node", func() error {
+		if _, err := cs.CoreV1().Pods("default").Get(t.Context(), "server", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+			return fmt.Errorf("pod server: %v", err)
+		}
+		return nil
+	})
+	runPod(t, cs, "server", node.Name, "serve")
+	runPod(t, cs, "after-upgrade", node.Name, "get", "http://"+svc.Spec.ClusterIP+"/")
+	waitSucceeded(t, cs, "after-upgrade")
+	if logs := podLogs(t, cs, "after-upgrade"); !strings.Contains(logs, "hello from server") {
+		t.Errorf("a pod on the upgraded node got %q, want the server's answer through its Service", logs)
+	}
+	nodeGone(t, e, other, old)
+
 	e.MustRun("cluster", "delete", "other", "--wait")
+	nodeGone(t, e, other, node)
+	list, err := first.CoreV1().Nodes().List(t.Context(), metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ready := 0
+	for i := range list.Items {
+		if nodeutil.NodeReady(&list.Items[i]) {
+			ready++
+		}
+	}
+	if ready < firstNodes {
+		t.Errorf("%d of cluster demo's nodes Ready after cluster other was deleted, want %d", ready, firstNodes)
+	}
+}
+
+// oneReadyNode waits until cs has exactly one Node, Ready, whose kubelet
+// reports version, and returns it.
+func oneReadyNode(t *testing.T, cs kubernetes.Interface, version string) corev1.Node {
+	t.Helper()
+	var node corev1.Node
+	testenv.Eventually(t, 3*time.Minute, "one Ready node at "+version, func() error {
+		list, err := cs.CoreV1().Nodes().List(t.Context(), metav1.ListOptions{})
+		if err != nil {
+			return err
+		}
+		if len(list.Items) != 1 || !nodeutil.NodeReady(&list.Items[0]) {
+			return fmt.Errorf("%d nodes, none Ready", len(list.Items))
+		}
+		if v := list.Items[0].Status.NodeInfo.KubeletVersion; v != version {
+			return fmt.Errorf("node %s runs kubelet %s", list.Items[0].Name, v)
+		}
+		node = list.Items[0]
+		return nil
+	})
+	return node
+}
+
+// nodeGone waits until nothing is left on the host of node, a local node
+// of cluster other: network and mount namespaces, mounts, directory,
+// processes, cgroups, the API port's rule (once the cluster is gone) and
+// routes (once the cluster is gone).
+func nodeGone(t *testing.T, e *testenv.Env, other *fkev1.Cluster, node corev1.Node) {
+	t.Helper()
+	port := other.Status.Ports.APIServer
+	clusterGone := func() bool {
+		var cl fkev1.Cluster
+		return apierrors.IsNotFound(e.Client().Get(t.Context(), client.ObjectKeyFromObject(other), &cl))
+	}()
 	netns := hostnet.NetnsName("default/other", node.Name)
 	n := hostnet.Node{Netns: netns, IP: mustAddr(t, internalIP(&node))}
 	testenv.Eventually(t, time.Minute, "nothing left of cluster other's node", func() error {
@@ -315,6 +380,12 @@ func testSecondCluster(t *testing.T, e *testenv.Env, first kubernetes.Interface,
 		if cg, _ := filepath.Glob("/sys/fs/cgroup/*/fke/" + netns); len(cg) > 0 {
 			left = append(left, fmt.Sprintf("cgroups %v", cg))
 		}
+		if !clusterGone {
+			if len(left) > 0 {
+				return fmt.Errorf("left: %v", left)
+			}
+			return nil
+		}
 		rules, err := hostnet.New(nil, nil).Rules(t.Context())
 		if err != nil {
 			return err
@@ -336,17 +407,64 @@ func testSecondCluster(t *testing.T, e *testenv.Env, first kubernetes.Interface,
 		}
 		return nil
 	})
-	list, err := first.CoreV1().Nodes().List(t.Context(), metav1.ListOptions{})
-	if err != nil {
+}
+
+// testStoppedKubeletRepaired stops (SIGSTOP) the kubelet of the one node of
+// pool demo/cpu, whose repair gives a node 5 s of NotReady: once the node
+// controller marks it NotReady (50 s grace), the machine is replaced by a
+// new Ready node, with a Repairing event, and nothing of the old node is
+// left running.
+func testStoppedKubeletRepaired(t *testing.T, e *testenv.Env, cs kubernetes.Interface) {
+	ctx := t.Context()
+	key := client.ObjectKey{Namespace: "default", Name: fkev1.NodePoolObjectName("demo", "cpu")}
+	c := e.Client()
+	var pool fkev1.NodePool
+	if err := c.Get(ctx, key, &pool); err != nil {
 		t.Fatal(err)
 	}
-	ready := 0
-	for i := range list.Items {
-		if nodeutil.NodeReady(&list.Items[i]) {
-			ready++
+	patch := client.MergeFrom(pool.DeepCopy())
+	pool.Spec.Repair = fkev1.NodePoolRepair{NodeUnhealthyTimeout: &metav1.Duration{Duration: 5 * time.Second}}
+	if err := c.Patch(ctx, &pool, patch); err != nil {
+		t.Fatal(err)
+	}
+	old := oneReadyNode(t, cs, versions.Default)
+	pid := kubeletPid(t, old.Name)
+	if pid == 0 {
+		t.Fatalf("no kubelet of node %s", old.Name)
+	}
+	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = syscall.Kill(pid, syscall.SIGCONT) }) // gone with its node when repaired
+	start := time.Now()
+	testenv.Eventually(t, 3*time.Minute, "node "+old.Name+" replaced by a Ready node", func() error {
+		list, err := cs.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return err
 		}
+		for i := range list.Items {
+			if n := &list.Items[i]; n.Name != old.Name && nodeutil.NodeReady(n) && len(list.Items) == 1 {
+				return nil
+			}
+		}
+		return fmt.Errorf("%d nodes, no new Ready one yet", len(list.Items))
+	})
+	t.Logf("FIGURE kubelet stopped -> replacement node Ready (50 s grace, 5 s repair timeout): %s", time.Since(start).Round(100*time.Millisecond))
+	var events corev1.EventList
+	if err := c.List(ctx, &events, client.InNamespace("default")); err != nil {
+		t.Fatal(err)
 	}
-	if ready < firstNodes {
-		t.Errorf("%d of cluster demo's nodes Ready after cluster other was deleted, want %d", ready, firstNodes)
+	repaired := false
+	for _, ev := range events.Items {
+		repaired = repaired || (ev.Reason == fkev1.ConditionRepairing && strings.Contains(ev.Message, fkev1.ReasonNodeNotReady))
 	}
+	if !repaired {
+		t.Errorf("no Repairing event naming %s", fkev1.ReasonNodeNotReady)
+	}
+	testenv.Eventually(t, time.Minute, "no process of node "+old.Name, func() error {
+		if pids := processesOf(t, old.Name); len(pids) > 0 {
+			return fmt.Errorf("processes %v left", pids)
+		}
+		return nil
+	})
 }

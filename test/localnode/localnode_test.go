@@ -424,6 +424,9 @@ func TestLocalNodes(t *testing.T) {
 			return nil
 		})
 	})
+	t.Run("a node whose kubelet stays stopped is repaired", func(t *testing.T) {
+		testStoppedKubeletRepaired(t, e, cs)
+	})
 	t.Run("the autoscaler grows a local pool from zero for a pending pod", func(t *testing.T) {
 		e.MustRun("nodepool", "create", "demo/auto", "--provider", "local", "--instance-type", "cpu-small", "--min", "0", "--max", "1")
 		pod := &corev1.Pod{

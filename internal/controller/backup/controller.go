@@ -7,14 +7,10 @@ package backup
 
 import (
 	"context"
-	"crypto/tls"
-	"crypto/x509"
 	"fmt"
 	"path/filepath"
-	"strconv"
 	"time"
 
-	clientv3 "go.etcd.io/etcd/client/v3"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -103,20 +99,8 @@ func (r *Reconciler) take(ctx context.Context, cl *fkev1.Cluster, now time.Time)
 	if err := r.Client.Get(ctx, client.ObjectKey{Namespace: cl.Namespace, Name: clustercontroller.PKISecretName(cl.Name)}, secret); err != nil {
 		return nil, fmt.Errorf("reading the cluster's PKI: %w", err)
 	}
-	tlsCfg, err := etcdClientTLS(pki.Bundle(secret.Data))
-	if err != nil {
-		return nil, err
-	}
-	endpoint := "127.0.0.1:" + strconv.Itoa(int(cl.Status.Ports.EtcdClient))
-	c, err := clientv3.New(clientv3.Config{Endpoints: []string{"https://" + endpoint}, TLS: tlsCfg, DialTimeout: 5 * time.Second, Logger: nil})
-	if err != nil {
-		return nil, fmt.Errorf("connecting to etcd: %w", err)
-	}
-	defer c.Close()
-	ctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
-	defer cancel()
 	dir := ClusterDir(r.Dir, cl.Namespace, cl.Name)
-	snap, err := backup.Take(ctx, c, "https://"+endpoint, dir, now)
+	snap, err := backup.TakeCluster(ctx, pki.Bundle(secret.Data), int(cl.Status.Ports.EtcdClient), dir, now)
 	if err != nil {
 		return nil, err
 	}
@@ -145,10 +129,7 @@ func (r *Reconciler) setResult(ctx context.Context, cl *fkev1.Cluster, requested
 	}
 	meta.SetStatusCondition(&cl.Status.Conditions, cond)
 	if kept, lerr := backup.List(ClusterDir(r.Dir, cl.Namespace, cl.Name)); lerr == nil {
-		cl.Status.Backups = nil
-		for _, s := range kept {
-			cl.Status.Backups = append(cl.Status.Backups, fkev1.BackupRecord{Name: s.Name, Time: metav1.NewTime(s.Time), Size: s.Size, SHA256: s.SHA256, Revision: s.Revision})
-		}
+		cl.Status.Backups = clustercontroller.BackupRecords(kept)
 	}
 	if equality.Semantic.DeepEqual(before.Status, cl.Status) {
 		return nil
@@ -157,18 +138,4 @@ func (r *Reconciler) setResult(ctx context.Context, cl *fkev1.Cluster, requested
 		return fmt.Errorf("recording the snapshot in the cluster's status: %w", perr)
 	}
 	return nil
-}
-
-// etcdClientTLS trusts the cluster's etcd CA and presents the API server's
-// etcd client certificate (the one identity etcd accepts).
-func etcdClientTLS(b pki.Bundle) (*tls.Config, error) {
-	pool := x509.NewCertPool()
-	if !pool.AppendCertsFromPEM(b[pki.EtcdCACertFile]) {
-		return nil, fmt.Errorf("the cluster's PKI has no etcd CA")
-	}
-	pair, err := b.KeyPair(pki.APIServerEtcdClient)
-	if err != nil {
-		return nil, fmt.Errorf("the cluster's etcd client certificate: %w", err)
-	}
-	return &tls.Config{RootCAs: pool, Certificates: []tls.Certificate{pair.TLSCertificate()}, MinVersion: tls.VersionTLS12}, nil
 }

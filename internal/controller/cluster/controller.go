@@ -33,12 +33,7 @@ import (
 	"fke.dev/fke/internal/controlplane"
 	"fke.dev/fke/internal/nodeprovider"
 	"fke.dev/fke/internal/tenant"
-	"fke.dev/fke/internal/versions"
 )
-
-// SupportedVersion is the Kubernetes version of the upstream binaries fke
-// runs (the list lives in internal/versions).
-const SupportedVersion = versions.Default
 
 // Requeue intervals: fast while a control plane comes up, slow once it is ready
 // (to notice crashes and restarts).
@@ -51,9 +46,13 @@ const (
 
 // Reconciler reconciles Cluster objects.
 type Reconciler struct {
-	Client   client.Client
-	Runtime  controlplane.Runtime
-	Recorder events.EventRecorder
+	Client client.Client
+	// APIReader reads from the API server, not the cache: an upgrade step
+	// reads the upgrade's status there, so that a step a stale cache does
+	// not show yet is not taken twice. Nil reads through Client.
+	APIReader client.Reader
+	Runtime   controlplane.Runtime
+	Recorder  events.EventRecorder
 	// Versioner reads the version a ready API server reports; nil skips it.
 	Versioner func(ctx context.Context, endpoint string, kubeconfig []byte) (string, error)
 	// Addons installs what fke needs in a ready tenant cluster (e.g. the
@@ -129,6 +128,14 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.
 			err = perr
 		}
 	}()
+	// flush records the status now, before a long step (an upgrade).
+	flush := func() {
+		if perr := r.patchStatus(ctx, before, cl); perr != nil {
+			log.Info("recording status", "cluster", req.String(), "error", perr.Error())
+			return
+		}
+		before = cl.DeepCopy()
+	}
 
 	if reason, msg, ok := validate(cl); !ok {
 		setNotReady(cl, reason, msg)
@@ -176,14 +183,17 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.
 		}
 	}
 	spec := controlplane.Spec{
-		Restore:     restore,
-		Key:         req.String(),
-		Version:     cl.Spec.Version,
-		Ports:       portsFromStatus(cl.Status.Ports),
-		PodCIDR:     cl.Spec.Network.PodCIDR,
-		ServiceCIDR: cl.Spec.Network.ServiceCIDR,
-		PKI:         bundle,
-		NodeAddress: r.NodeAddress,
+		Restore: restore,
+		Key:     req.String(),
+		Version: cl.Spec.Version,
+		// Components start again at the version they ran, also in the
+		// middle of an upgrade; reconcileUpgrade moves them on.
+		ComponentVersions: startVersions(cl),
+		Ports:             portsFromStatus(cl.Status.Ports),
+		PodCIDR:           cl.Spec.Network.PodCIDR,
+		ServiceCIDR:       cl.Spec.Network.ServiceCIDR,
+		PKI:               bundle,
+		NodeAddress:       r.NodeAddress,
 	}
 	wasReady := meta.IsStatusConditionTrue(cl.Status.Conditions, fkev1.ConditionControlPlaneReady)
 	st, err := r.Runtime.Ensure(ctx, spec)
@@ -200,6 +210,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.
 	cl.Status.Endpoint = st.Endpoint
 	cl.Status.KubeconfigSecret = kubeconfigSecretName(cl.Name)
 	computeStatus(cl, st)
+	if cs := componentVersions(st); st.Ready() || len(cl.Status.ControlPlane) == 0 {
+		cl.Status.ControlPlane = cs
+	}
 
 	if !st.Ready() {
 		if wasReady {
@@ -210,6 +223,16 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.
 	if !wasReady {
 		log.Info("control plane ready", "cluster", req.String(), "endpoint", st.Endpoint)
 		r.Recorder.Eventf(cl, nil, corev1.EventTypeNormal, "ControlPlaneReady", "Start", "control plane ready at %s", st.Endpoint)
+	}
+	if after, handled := r.reconcileUpgrade(ctx, cl, spec, st, bundle, flush); handled {
+		return ctrl.Result{RequeueAfter: after}, nil
+	}
+	started, autoNext, err := r.autoUpgrade(ctx, cl, time.Now())
+	if err != nil {
+		log.Info("automatic upgrade", "cluster", req.String(), "error", err.Error())
+	}
+	if started {
+		return ctrl.Result{}, nil // the spec change brings the next reconcile
 	}
 	tenantCfg, err := clientcmd.RESTConfigFromKubeConfig(kubeconfig)
 	if err != nil {
@@ -229,6 +252,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.
 		r.base.Store(req.String(), true)
 	}
 	requeue := requeueReady
+	if autoNext > 0 {
+		requeue = min(requeue, autoNext)
+	}
 	if r.reconcileAddons(ctx, cl, req.String(), st.Endpoint, bundle, tenantCfg, nil) {
 		requeue = requeueAddons
 	}

@@ -10,6 +10,7 @@ import (
 
 	fkev1 "fke.dev/fke/api/v1alpha1"
 	"fke.dev/fke/internal/controlplane"
+	"fke.dev/fke/internal/versions"
 )
 
 // Cluster phases.
@@ -24,8 +25,8 @@ func validate(cl *fkev1.Cluster) (reason, message string, ok bool) {
 	if cl.Spec.Runtime != "" && cl.Spec.Runtime != fkev1.RuntimeLocal {
 		return "UnsupportedRuntime", fmt.Sprintf("runtime %q is not available yet; use runtime local", cl.Spec.Runtime), false
 	}
-	if cl.Spec.Version != SupportedVersion {
-		return "UnsupportedVersion", fmt.Sprintf("Kubernetes %s is not available: this fke runs %s; set spec.version to %s", cl.Spec.Version, SupportedVersion, SupportedVersion), false
+	if err := versions.CheckRunnable(cl.Spec.Version); err != nil {
+		return "UnsupportedVersion", err.Error(), false
 	}
 	return "", "", true
 }

@@ -33,6 +33,7 @@ import (
 	"fke.dev/fke/internal/nodeutil"
 	"fke.dev/fke/internal/pki"
 	"fke.dev/fke/internal/tenant"
+	"fke.dev/fke/internal/versions"
 )
 
 // AnnotationMachine on a Node names its Machine ("namespace/name", or the
@@ -219,8 +220,12 @@ func (r *Reconciler) provision(ctx context.Context, m *fkev1.Machine, cl *fkev1.
 		tmpl.Annotations = map[string]string{}
 	}
 	tmpl.Annotations[AnnotationMachine] = m.Namespace + "/" + m.Name
+	version := versions.OrDefault(m.Spec.Version)
+	// A Node may be created with its status: simulated nodes report the
+	// machine's kubelet version (real kubelets report their own).
+	tmpl.Status.NodeInfo.KubeletVersion = version
 	m.Status.Phase = fkev1.MachineProvisioning
-	inst, err := p.Create(ctx, pc, nodeprovider.NodeSpec{MachineName: m.Name, InstanceType: it, Template: tmpl})
+	inst, err := p.Create(ctx, pc, nodeprovider.NodeSpec{MachineName: m.Name, InstanceType: it, Template: tmpl, Version: version})
 	if err != nil {
 		if nodeprovider.IsInsufficientCapacity(err) {
 			setCondition(m, fkev1.ConditionProvisioned, metav1.ConditionFalse, fkev1.ReasonInsufficientCapacity, err.Error())

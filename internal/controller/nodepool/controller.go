@@ -37,8 +37,10 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	fkev1 "fke.dev/fke/api/v1alpha1"
+	"fke.dev/fke/internal/controlplane"
 	"fke.dev/fke/internal/nodeutil"
 	"fke.dev/fke/internal/tenant"
+	"fke.dev/fke/internal/versions"
 )
 
 // GPUAgents installs fke's GPU agent (device plugin, labels, health,
@@ -253,6 +255,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.
 		}
 	}
 	hash := TemplateHash(np)
+	version := PoolVersion(np, cl)
 	usage, kept, err := nodeUsage(ctx, t, machines, r.keptUsage(req.String()))
 	if err != nil {
 		return ctrl.Result{}, err
@@ -268,7 +271,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.
 		u := usage[m.Status.NodeName]
 		members = append(members, Member{
 			Name: m.Name, Ready: meta.IsStatusConditionTrue(m.Status.Conditions, fkev1.ConditionReady),
-			Outdated: m.Spec.TemplateHash != hash, Pods: u.pods, Utilization: u.utilization,
+			Outdated: m.Spec.TemplateHash != hash || versions.OrDefault(m.Spec.Version) != version, Pods: u.pods, Utilization: u.utilization,
 			CreatedUnix: m.CreationTimestamp.Unix(), Marked: m.Annotations[fkev1.AnnotationScaleDown] == "true",
 		})
 	}
@@ -277,7 +280,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.
 		return ctrl.Result{RequeueAfter: requeue}, err
 	}
 	plan := Decide(desired, members, np.Spec.Upgrade.MaxSurge, np.Spec.Upgrade.MaxUnavailable)
-	if err := r.apply(ctx, np, hash, plan, len(live), desired); err != nil {
+	if err := r.apply(ctx, np, hash, version, plan, len(live), desired); err != nil {
 		return ctrl.Result{}, err
 	}
 	computeStatus(np, machines, usage, plan, desired)
@@ -291,7 +294,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.
 	return ctrl.Result{RequeueAfter: next}, nil
 }
 
-func (r *Reconciler) apply(ctx context.Context, np *fkev1.NodePool, hash string, plan Plan, live, desired int) error {
+func (r *Reconciler) apply(ctx context.Context, np *fkev1.NodePool, hash, version string, plan Plan, live, desired int) error {
 	// Creations and deletions go out in parallel: a pool of a thousand nodes
 	// is created in seconds, not one round trip at a time.
 	g, gctx := errgroup.WithContext(ctx)
@@ -310,7 +313,7 @@ func (r *Reconciler) apply(ctx context.Context, np *fkev1.NodePool, hash string,
 				},
 				Spec: fkev1.MachineSpec{
 					ClusterName: np.Spec.ClusterName, NodePoolName: np.PoolName(), InstanceType: np.Spec.InstanceType,
-					Provider: np.Spec.Provider, TemplateHash: hash,
+					Provider: np.Spec.Provider, TemplateHash: hash, Version: version,
 				},
 			}
 			if err := r.Client.Create(gctx, m); err != nil {
@@ -388,6 +391,26 @@ func (r *Reconciler) machines(ctx context.Context, np *fkev1.NodePool) ([]*fkev1
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	return out, nil
+}
+
+// PoolVersion is the Kubernetes version of the kubelets of a pool's new
+// nodes: the pool's pinned version, else its cluster's. A pool that
+// follows its cluster moves only once the whole control plane has been
+// upgraded (kubelets must never be newer than the API server, and the
+// controller manager and scheduler are upgraded after it).
+func PoolVersion(np *fkev1.NodePool, cl *fkev1.Cluster) string {
+	if np.Spec.Version != "" {
+		return np.Spec.Version
+	}
+	if up := cl.Status.Upgrade; up != nil && up.CompletionTime == nil && up.From != "" {
+		return up.From
+	}
+	for _, c := range cl.Status.ControlPlane {
+		if c.Name == controlplane.APIServer && c.Version != "" {
+			return c.Version
+		}
+	}
+	return versions.OrDefault(cl.Spec.Version)
 }
 
 // TemplateHash identifies what a pool's nodes are made from; machines with

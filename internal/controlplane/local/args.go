@@ -103,12 +103,30 @@ func advertiseArgs(s controlplane.Spec) []string {
 	return []string{"--advertise-address=127.0.0.1", "--endpoint-reconciler-type=none"}
 }
 
+// componentArgs returns the arguments of component.
+func componentArgs(component string, l layout, s controlplane.Spec) []string {
+	switch component {
+	case controlplane.Etcd:
+		return etcdArgs(l, s)
+	case controlplane.APIServer:
+		return apiServerArgs(l, s)
+	case controlplane.ControllerManager:
+		return controllerManagerArgs(l, s)
+	case controlplane.Scheduler:
+		return schedulerArgs(l, s)
+	}
+	return nil
+}
+
 func apiServerArgs(l layout, s controlplane.Spec) []string {
 	return append(advertiseArgs(s),
 		// Nodes reach a loopback-bound API server through the host's DNAT of
 		// NodeAddress to loopback.
 		"--bind-address=127.0.0.1",
 		"--secure-port="+strconv.Itoa(s.Ports.APIServer),
+		// SO_REUSEPORT: during an upgrade the new API server binds the same
+		// port and serves before the old one stops (see Runtime.Upgrade).
+		"--permit-port-sharing=true",
 		"--etcd-servers=https://127.0.0.1:"+strconv.Itoa(s.Ports.EtcdClient),
 		"--etcd-cafile="+l.pki(pki.EtcdCACertFile),
 		"--etcd-certfile="+l.pki(pki.APIServerEtcdClientCertFile),

@@ -10,8 +10,10 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
 	"fke.dev/fke/internal/binaries"
@@ -20,6 +22,7 @@ import (
 	"fke.dev/fke/internal/encryption"
 	"fke.dev/fke/internal/pki"
 	"fke.dev/fke/internal/supervisor"
+	"fke.dev/fke/internal/versions"
 	"fke.dev/fke/test/testenv"
 )
 
@@ -30,42 +33,10 @@ func TestAPIServerAdvertisesNodeAddress(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs a control plane")
 	}
-	bin := testenv.BinDir(t)
 	const nodeAddr = "172.29.0.1"
-	ips, err := controlplane.APIServerIPs("10.96.0.0/16", nodeAddr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	bundle, _, err := pki.EnsureBundle(nil, pki.ControlPlaneSpec{ClusterName: "adv", APIServerIPs: ips})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if bundle[encryption.ConfigFile], err = encryption.New(); err != nil {
-		t.Fatal(err)
-	}
-	free, err := supervisor.FreePorts(5)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rt, err := local.New(t.TempDir(), binaries.Finder{Dir: bin}, slog.New(slog.DiscardHandler))
-	if err != nil {
-		t.Fatal(err)
-	}
+	rt, spec, cfg := startPlane(t, "adv", "v1.37.2", nodeAddr)
+	free := []int{spec.Ports.APIServer}
 	ctx := context.Background()
-	t.Cleanup(func() { _ = rt.StopAll(context.Background()) })
-	spec := controlplane.Spec{
-		Key: "default/adv", Version: "v1.37.2", PodCIDR: "10.112.0.0/14", ServiceCIDR: "10.96.0.0/16", PKI: bundle, NodeAddress: nodeAddr,
-		Ports: controlplane.Ports{APIServer: free[0], EtcdClient: free[1], EtcdPeer: free[2], ControllerManager: free[3], Scheduler: free[4]},
-	}
-	st, err := rt.Ensure(ctx, spec)
-	if err != nil {
-		t.Fatal(err)
-	}
-	wctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
-	defer cancel()
-	if err := rt.WaitReady(wctx, spec.Key); err != nil {
-		t.Fatal(err)
-	}
 
 	conn, err := tls.Dial("tcp", "127.0.0.1:"+strconv.Itoa(free[0]), &tls.Config{InsecureSkipVerify: true}) //nolint:gosec // reading the served certificate
 	if err != nil {
@@ -77,14 +48,7 @@ func TestAPIServerAdvertisesNodeAddress(t *testing.T) {
 		t.Fatalf("serving certificate does not cover %s: %v", nodeAddr, err)
 	}
 
-	kc, err := pki.Kubeconfig("adv", st.Endpoint, bundle[pki.CACertFile], bundle[pki.AdminCertFile], bundle[pki.AdminKeyFile], pki.AdminUser)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := clientcmd.RESTConfigFromKubeConfig(kc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	_ = rt
 	cs := kubernetes.NewForConfigOrDie(cfg)
 	want := net.JoinHostPort(nodeAddr, strconv.Itoa(free[0]))
 	testenv.Eventually(t, time.Minute, "kubernetes endpoints on the node address", func() error {
@@ -103,4 +67,114 @@ func TestAPIServerAdvertisesNodeAddress(t *testing.T) {
 		}
 		return fmt.Errorf("kubernetes endpoints are %+v, want %s", ep.Subsets, want)
 	})
+}
+
+// startPlane runs a control plane of Kubernetes version for cluster
+// default/name until the test ends, waits until it is ready and returns
+// its runtime, spec and an admin client configuration.
+func startPlane(t *testing.T, name, version, nodeAddr string) (*local.Runtime, controlplane.Spec, *rest.Config) {
+	t.Helper()
+	bin := testenv.BinDir(t)
+	ips, err := controlplane.APIServerIPs("10.96.0.0/16", nodeAddr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bundle, _, err := pki.EnsureBundle(nil, pki.ControlPlaneSpec{ClusterName: name, APIServerIPs: ips})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if bundle[encryption.ConfigFile], err = encryption.New(); err != nil {
+		t.Fatal(err)
+	}
+	free, err := supervisor.FreePorts(5)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rt, err := local.New(t.TempDir(), binaries.Finder{Dir: bin}, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	t.Cleanup(func() { _ = rt.StopAll(context.Background()) })
+	spec := controlplane.Spec{
+		Key: "default/" + name, Version: version, PodCIDR: "10.112.0.0/14", ServiceCIDR: "10.96.0.0/16", PKI: bundle, NodeAddress: nodeAddr,
+		Ports: controlplane.Ports{APIServer: free[0], EtcdClient: free[1], EtcdPeer: free[2], ControllerManager: free[3], Scheduler: free[4]},
+	}
+	st, err := rt.Ensure(ctx, spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	if err := rt.WaitReady(wctx, spec.Key); err != nil {
+		t.Fatal(err)
+	}
+	kc, err := pki.Kubeconfig(name, st.Endpoint, bundle[pki.CACertFile], bundle[pki.AdminCertFile], bundle[pki.AdminKeyFile], pki.AdminUser)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := clientcmd.RESTConfigFromKubeConfig(kc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rt, spec, cfg
+}
+
+// TestUpgradeWithoutGap upgrades a real control plane from the previous
+// minor to the default version, component by component, while a client
+// reads the API every 100 ms: the data stays, every component reports the
+// new version, and the API never goes unanswered for more than a second.
+func TestUpgradeWithoutGap(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs a control plane")
+	}
+	rt, spec, cfg := startPlane(t, "up", versions.Previous, "")
+	ctx := context.Background()
+	cs := kubernetes.NewForConfigOrDie(cfg)
+	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "kept"}, Data: map[string]string{"k": "v"}}
+	if _, err := cs.CoreV1().ConfigMaps("default").Create(ctx, cm, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if v, err := cs.Discovery().ServerVersion(); err != nil || v.GitVersion != versions.Previous {
+		t.Fatalf("server version %v, %v; want %s", v, err, versions.Previous)
+	}
+	probe, err := testenv.ProbeAPI(cfg, "/api/v1/namespaces/default/configmaps/kept", 100*time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	target := spec
+	target.Version = versions.Default
+	start := time.Now()
+	for _, c := range []string{controlplane.APIServer, controlplane.ControllerManager, controlplane.Scheduler} {
+		if err := rt.Upgrade(ctx, target, c); err != nil {
+			probe.Stop()
+			t.Fatalf("upgrading %s: %v", c, err)
+		}
+	}
+	took := time.Since(start)
+	gap, summary := probe.Stop()
+	t.Logf("upgrade %s → %s in %s; %s", versions.Previous, versions.Default, took.Round(time.Millisecond), summary)
+	if gap > time.Second {
+		t.Errorf("the API went unanswered for %s during the upgrade (%s)", gap, summary)
+	}
+	st := rt.Status(spec.Key)
+	for _, c := range st.Components {
+		if c.Name != controlplane.Etcd && c.Version != versions.Default {
+			t.Errorf("%s runs %q after the upgrade, want %s", c.Name, c.Version, versions.Default)
+		}
+	}
+	if !st.Ready() {
+		t.Errorf("not ready after the upgrade: %v", st.NotReady())
+	}
+	if v, err := cs.Discovery().ServerVersion(); err != nil || v.GitVersion != versions.Default {
+		t.Errorf("server version %v, %v; want %s", v, err, versions.Default)
+	}
+	got, err := cs.CoreV1().ConfigMaps("default").Get(ctx, "kept", metav1.GetOptions{})
+	if err != nil || got.Data["k"] != "v" {
+		t.Errorf("data written before the upgrade: %v, %v", got, err)
+	}
+	// Upgrading again is a no-op.
+	if err := rt.Upgrade(ctx, target, controlplane.APIServer); err != nil {
+		t.Errorf("second upgrade: %v", err)
+	}
 }

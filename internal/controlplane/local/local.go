@@ -38,6 +38,10 @@ type Runtime struct {
 
 	mu      sync.Mutex
 	running map[string]controlplane.Spec // by key
+	// procs are the running components of each key: component -> the
+	// process name (it changes when Upgrade replaces a component) and
+	// version.
+	procs map[string]map[string]componentProc
 	// addons are the addon processes started by EnsureAddons, by key and name.
 	addons map[string]map[string]*controlplane.Addon
 }
@@ -58,8 +62,40 @@ func New(dir string, finder binaries.Finder, log *slog.Logger) (*Runtime, error)
 		group:   supervisor.NewGroup(log),
 		log:     log,
 		running: map[string]controlplane.Spec{},
+		procs:   map[string]map[string]componentProc{},
 		addons:  map[string]map[string]*controlplane.Addon{},
 	}, nil
+}
+
+// componentProc is a running component: its process name and version.
+type componentProc struct{ name, version string }
+
+// procName returns the process name of component of key; r.mu is held.
+func (r *Runtime) procName(key, component string) string {
+	if p, ok := r.procs[key][component]; ok {
+		return p.name
+	}
+	return processName(key, component)
+}
+
+// startVersion is the version component of spec starts at.
+func startVersion(spec controlplane.Spec, component string) string {
+	if component == controlplane.Etcd {
+		return ""
+	}
+	if v := spec.ComponentVersions[component]; v != "" {
+		return v
+	}
+	return spec.Version
+}
+
+// binary returns the executable of component at version.
+func (r *Runtime) binary(component, version string) (string, error) {
+	if component == controlplane.Etcd {
+		return r.bins[binaries.Etcd], nil
+	}
+	// Component names are their binaries' names.
+	return r.finder.PathFor(version, component)
 }
 
 // DataDir returns the directory holding the data of key.
@@ -139,40 +175,31 @@ func (r *Runtime) startMissing(ctx context.Context, spec controlplane.Spec, layo
 	if err != nil {
 		return controlplane.Status{}, err
 	}
-	specs := []supervisor.Spec{
-		{
-			Name: processName(spec.Key, controlplane.Etcd), Path: r.bins[binaries.Etcd],
-			Args:    etcdArgs(layout, spec),
-			LogPath: layout.log(controlplane.Etcd),
-			Ready:   supervisor.WaitHTTPReady(fmt.Sprintf("https://127.0.0.1:%d/readyz", spec.Ports.EtcdClient), tlsCfg),
-		},
-		{
-			Name: processName(spec.Key, controlplane.APIServer), Path: r.bins[binaries.KubeAPIServer],
-			Args:    apiServerArgs(layout, spec),
-			LogPath: layout.log(controlplane.APIServer),
-			Ready:   supervisor.WaitHTTPReady(endpoint(spec)+"/readyz", apiTLS),
-		},
-		{
-			Name: processName(spec.Key, controlplane.ControllerManager), Path: r.bins[binaries.KubeControllerManager],
-			Args:    controllerManagerArgs(layout, spec),
-			LogPath: layout.log(controlplane.ControllerManager),
-			Ready:   supervisor.WaitHTTPReady("https://127.0.0.1:"+strconv.Itoa(spec.Ports.ControllerManager)+"/healthz", selfSignedTLS()),
-		},
-		{
-			Name: processName(spec.Key, controlplane.Scheduler), Path: r.bins[binaries.KubeScheduler],
-			Args:    schedulerArgs(layout, spec),
-			LogPath: layout.log(controlplane.Scheduler),
-			Ready:   supervisor.WaitHTTPReady("https://127.0.0.1:"+strconv.Itoa(spec.Ports.Scheduler)+"/healthz", selfSignedTLS()),
-		},
+	ready := map[string]func(context.Context) error{
+		controlplane.Etcd:              supervisor.WaitHTTPReady(fmt.Sprintf("https://127.0.0.1:%d/readyz", spec.Ports.EtcdClient), tlsCfg),
+		controlplane.APIServer:         supervisor.WaitHTTPReady(endpoint(spec)+"/readyz", apiTLS),
+		controlplane.ControllerManager: supervisor.WaitHTTPReady("https://127.0.0.1:"+strconv.Itoa(spec.Ports.ControllerManager)+"/healthz", selfSignedTLS()),
+		controlplane.Scheduler:         supervisor.WaitHTTPReady("https://127.0.0.1:"+strconv.Itoa(spec.Ports.Scheduler)+"/healthz", selfSignedTLS()),
 	}
-	for _, s := range specs {
-		if p := r.group.Get(s.Name); p != nil && p.State() != supervisor.Stopped {
+	if r.procs[spec.Key] == nil {
+		r.procs[spec.Key] = map[string]componentProc{}
+	}
+	for _, c := range controlplane.Components {
+		name := r.procName(spec.Key, c)
+		if p := r.group.Get(name); p != nil && p.State() != supervisor.Stopped {
 			continue
 		}
+		version := startVersion(spec, c)
+		path, err := r.binary(c, version)
+		if err != nil {
+			return controlplane.Status{}, fmt.Errorf("starting %s of %s: %w", c, spec.Key, err)
+		}
+		s := supervisor.Spec{Name: name, Path: path, Args: componentArgs(c, layout, spec), LogPath: layout.log(c), Ready: ready[c]}
 		if _, err := r.group.Start(ctx, s); err != nil {
 			return controlplane.Status{}, fmt.Errorf("starting %s: %w", s.Name, err)
 		}
-		r.log.Info("started control-plane component", "cluster", spec.Key, "component", filepath.Base(s.Name))
+		r.procs[spec.Key][c] = componentProc{name: name, version: version}
+		r.log.Info("started control-plane component", "cluster", spec.Key, "component", c, "version", version)
 	}
 	r.running[spec.Key] = spec
 	return r.statusLocked(spec.Key), nil
@@ -192,8 +219,8 @@ func (r *Runtime) statusLocked(key string) controlplane.Status {
 	}
 	st := controlplane.Status{Endpoint: endpoint(spec)}
 	for _, c := range controlplane.Components {
-		cs := controlplane.ComponentStatus{Name: c}
-		if p := r.group.Get(processName(key, c)); p != nil {
+		cs := controlplane.ComponentStatus{Name: c, Version: r.procs[key][c].version}
+		if p := r.group.Get(r.procName(key, c)); p != nil {
 			state := p.State()
 			cs.PID = p.Pid()
 			cs.Running = cs.PID != 0
@@ -209,7 +236,9 @@ func (r *Runtime) statusLocked(key string) controlplane.Status {
 // WaitReady blocks until every component of key is ready or ctx ends.
 func (r *Runtime) WaitReady(ctx context.Context, key string) error {
 	for _, c := range controlplane.Components {
-		p := r.group.Get(processName(key, c))
+		r.mu.Lock()
+		p := r.group.Get(r.procName(key, c))
+		r.mu.Unlock()
 		if p == nil {
 			return fmt.Errorf("control plane %s is not running", key)
 		}
@@ -255,7 +284,7 @@ func (r *Runtime) stopLocked(ctx context.Context, key string) error {
 	}
 	// Reverse order: clients before the API server, the API server before etcd.
 	for i := len(controlplane.Components) - 1; i >= 0; i-- {
-		name := processName(key, controlplane.Components[i])
+		name := r.procName(key, controlplane.Components[i])
 		if r.group.Get(name) == nil {
 			continue
 		}
@@ -264,6 +293,7 @@ func (r *Runtime) stopLocked(ctx context.Context, key string) error {
 		}
 	}
 	delete(r.running, key)
+	delete(r.procs, key)
 	return errors.Join(errs...)
 }
 

@@ -79,7 +79,7 @@ func Checks(ctx context.Context, bins binaries.Finder, host *hostnet.Host) []Che
 	}
 	add("free node range "+hostnet.NodeRange.String(), rangeErr, "remove the host route that overlaps it")
 
-	for _, b := range []string{binaries.Kubelet, KubeProxy} {
+	for _, b := range []string{binaries.Kubelet, binaries.KubeProxy} {
 		_, err := bins.Path(b)
 		add(b, err, "build the upstream binaries with `make binaries` or set FKE_BIN_DIR")
 	}

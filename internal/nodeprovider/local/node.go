@@ -78,7 +78,10 @@ type NodeConfig struct {
 	// Images are image archives (docker-archive or OCI tarballs) imported
 	// into the node's containerd before the kubelet starts.
 	Images []string
-	// KubeletPath and KubeProxyPath are the binaries.
+	// Version is the Kubernetes version of its kubelet and kube-proxy
+	// (empty: the default version).
+	Version string
+	// KubeletPath and KubeProxyPath are the binaries (of Version).
 	KubeletPath   string
 	KubeProxyPath string
 }

@@ -46,9 +46,6 @@ import (
 // ProviderIDPrefix starts every provider ID: local://<namespace>/<cluster>/<node>.
 const ProviderIDPrefix = "local://"
 
-// KubeProxy is the name of the kube-proxy binary.
-const KubeProxy = "kube-proxy"
-
 // DefaultPauseImage is the sandbox image when Options.PauseImage and
 // Options.Registry are empty.
 const DefaultPauseImage = "fke.local/pause:1"
@@ -355,11 +352,11 @@ func (p *Provider) nodeConfig(ctx context.Context, cluster nodeprovider.Cluster,
 		return NodeConfig{}, 0, fmt.Errorf("cluster %s: node endpoint %q has no port", cluster.Key, join.Server)
 	}
 	apiPort, _ := strconv.Atoi(u.Port())
-	kubelet, err := p.opts.Binaries.Path(binaries.Kubelet)
+	kubelet, err := p.opts.Binaries.PathFor(spec.Version, binaries.Kubelet)
 	if err != nil {
 		return NodeConfig{}, 0, err
 	}
-	proxy, err := p.opts.Binaries.Path(KubeProxy)
+	proxy, err := p.opts.Binaries.PathFor(spec.Version, binaries.KubeProxy)
 	if err != nil {
 		return NodeConfig{}, 0, err
 	}
@@ -385,7 +382,7 @@ func (p *Provider) nodeConfig(ctx context.Context, cluster nodeprovider.Cluster,
 		Labels: spec.Template.Labels, Taints: spec.Template.Spec.Taints,
 		Reserved: reserved, MaxPods: maxPods,
 		PauseImage: p.opts.PauseImage, Registry: p.opts.Registry, Images: p.opts.Images,
-		KubeletPath: kubelet, KubeProxyPath: proxy,
+		Version: spec.Version, KubeletPath: kubelet, KubeProxyPath: proxy,
 	}, apiPort, nil
 }
 
@@ -412,10 +409,10 @@ func (p *Provider) instanceLocked(ctx context.Context, cluster nodeprovider.Clus
 		}
 		// Refresh what may have moved since the record was written.
 		cfg := r.Config
-		if path, err := p.opts.Binaries.Path(binaries.Kubelet); err == nil {
+		if path, err := p.opts.Binaries.PathFor(cfg.Version, binaries.Kubelet); err == nil {
 			cfg.KubeletPath = path
 		}
-		if path, err := p.opts.Binaries.Path(KubeProxy); err == nil {
+		if path, err := p.opts.Binaries.PathFor(cfg.Version, binaries.KubeProxy); err == nil {
 			cfg.KubeProxyPath = path
 		}
 		n = NewNode(cfg, p.host, p.procs, p.log)

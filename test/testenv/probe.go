@@ -1,0 +1,76 @@
+package testenv
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"k8s.io/client-go/rest"
+)
+
+// Probe reads an API server every interval, as a client with one
+// keep-alive connection would, and records how long it went unanswered.
+type Probe struct {
+	cancel context.CancelFunc
+	done   chan struct{}
+
+	mu       sync.Mutex
+	ok, fail int
+	maxGap   time.Duration
+	lastErr  error
+}
+
+// ProbeAPI starts probing GET path (e.g. /api/v1/namespaces/default) of the
+// API server of cfg every interval, each request bounded by one second.
+func ProbeAPI(cfg *rest.Config, path string, interval time.Duration) (*Probe, error) {
+	c := rest.CopyConfig(cfg)
+	c.Timeout = time.Second
+	hc, err := rest.HTTPClientFor(c)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	p := &Probe{cancel: cancel, done: make(chan struct{})}
+	go func() {
+		defer close(p.done)
+		lastOK := time.Now()
+		tick := time.NewTicker(interval)
+		defer tick.Stop()
+		for {
+			err := get(hc, c.Host+path)
+			now := time.Now()
+			p.mu.Lock()
+			if err == nil {
+				p.ok++
+				lastOK = now
+			} else {
+				p.fail++
+				p.lastErr = err
+				// Unanswered since the last success.
+				p.maxGap = max(p.maxGap, now.Sub(lastOK))
+			}
+			p.mu.Unlock()
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
+		}
+	}()
+	return p, nil
+}
+
+// Stop ends the probe and returns the longest time the API went
+// unanswered (0 when every request succeeded), and a summary.
+func (p *Probe) Stop() (time.Duration, string) {
+	p.cancel()
+	<-p.done
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	s := fmt.Sprintf("%d requests answered, %d failed, longest gap %s", p.ok, p.fail, p.maxGap.Round(time.Millisecond))
+	if p.lastErr != nil {
+		s += fmt.Sprintf(" (last error: %v)", p.lastErr)
+	}
+	return p.maxGap, s
+}
