@@ -8,6 +8,11 @@ export FKE_BIN_DIR ?= $(BIN)
 # go-nvml's cgo bindings declare functions NVIDIA marked deprecated; the
 # compiler's warnings about them say nothing about fke and fill the screen.
 export CGO_CFLAGS ?= -O2 -g -Wno-deprecated-declarations
+# kustomize (fke deploy) would link Go's plugin package, which makes the
+# linker bind every symbol at start-up; go-nvml's bindings resolve only
+# once libnvidia-ml is loaded, so fke needs lazy binding: leave plugins out.
+BUILD_TAGS := kustomize_disable_go_plugin_support
+export GOFLAGS := $(strip $(GOFLAGS) -tags=$(BUILD_TAGS))
 
 .PHONY: help all build binaries generate generate-tenant-crds manifests test test-unit test-integration test-e2e demo bench vet clean
 

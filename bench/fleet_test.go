@@ -413,6 +413,22 @@ func (m *memorySampler) stop() map[string]float64 {
 	return out
 }
 
+// pssMB is a process's proportional set size: its private pages plus its
+// share of the pages it shares (/proc/PID/smaps_rollup).
+func pssMB(pid int) float64 {
+	data, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/smaps_rollup")
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		if f := strings.Fields(line); len(f) >= 2 && f[0] == "Pss:" {
+			v, _ := strconv.ParseFloat(f[1], 64)
+			return v / 1024
+		}
+	}
+	return 0
+}
+
 func rssMB(pid int) float64 {
 	data, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
 	if err != nil {

@@ -114,18 +114,21 @@ func BenchmarkLocalNode(b *testing.B) {
 	}
 	anchor := startAnchor(b, e, cs, registry)
 	time.Sleep(20 * time.Second) // a settling period, not a wait for state
-	var sum, sumNoProxy float64
+	var sum, sumNoProxy, sumPSS float64
 	for _, n := range nodes {
-		mb, byBinary, procs := nodeRSSMB(b, n)
+		mb, byBinary, procs, pss := nodeRSSMB(b, n)
 		sum += mb
+		sumPSS += pss
 		sumNoProxy += mb - byBinary[binaries.KubeProxy]
-		b.Logf("node %s idle: %.0f MB RSS (%s)", n, mb, procs)
+		b.Logf("node %s idle: %.0f MB RSS, %.0f MB PSS (%s)", n, mb, pss, procs)
 	}
 	b.ReportMetric(sum/float64(len(nodes)), "MB-rss-per-idle-node")
+	b.ReportMetric(sumPSS/float64(len(nodes)), "MB-pss-per-idle-node")
 	b.ReportMetric(sumNoProxy/float64(len(nodes)), "MB-rss-per-idle-node-without-kube-proxy")
-	amb, aprocs := anchor.rss()
+	amb, apss, aprocs := anchor.rss()
 	b.ReportMetric(amb, "MB-rss-anchor-kubelet-containerd")
-	b.Logf("anchor (kubelet + containerd by hand): %.0f MB RSS (%s)", amb, aprocs)
+	b.ReportMetric(apss, "MB-pss-anchor-kubelet-containerd")
+	b.Logf("anchor (kubelet + containerd by hand): %.0f MB RSS, %.0f MB PSS (%s)", amb, apss, aprocs)
 	b.Logf("pool create -> node Ready: %v", ready)
 }
 
@@ -222,8 +225,10 @@ func kubeletPullTime(b *testing.B, cs kubernetes.Interface, pod string) time.Dur
 
 // nodeRSSMB sums VmRSS of the node's kubelet, containerd and kube-proxy:
 // the processes whose command line names the node (its kubelet's
-// --hostname-override, the configuration files under its directory).
-func nodeRSSMB(b *testing.B, node string) (total float64, byBinary map[string]float64, procs string) {
+// --hostname-override, the configuration files under its directory). pss
+// sums their proportional set size: pages shared with other processes
+// (the binaries' text, mapped by every node) count by their share.
+func nodeRSSMB(b *testing.B, node string) (total float64, byBinary map[string]float64, procs string, pss float64) {
 	b.Helper()
 	entries, err := os.ReadDir("/proc")
 	if err != nil {
@@ -242,11 +247,12 @@ func nodeRSSMB(b *testing.B, node string) (total float64, byBinary map[string]fl
 		}
 		mb := rssMB(pid)
 		total += mb
+		pss += pssMB(pid)
 		bin := filepath.Base(strings.Split(string(cmdline), "\x00")[0])
 		byBinary[bin] += mb
 		names = append(names, fmt.Sprintf("%s %.0f MB", bin, mb))
 	}
-	return total, byBinary, strings.Join(names, ", ")
+	return total, byBinary, strings.Join(names, ", "), pss
 }
 
 func median(ds []time.Duration) time.Duration {
@@ -391,15 +397,16 @@ func (a *anchorNode) pids() []int {
 	return out
 }
 
-// rss sums the anchor's VmRSS.
-func (a *anchorNode) rss() (float64, string) {
-	var total float64
+// rss sums the anchor's VmRSS, and its proportional set size.
+func (a *anchorNode) rss() (float64, float64, string) {
+	var total, pss float64
 	var names []string
 	for _, pid := range a.pids() {
 		cmdline, _ := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "cmdline"))
 		mb := rssMB(pid)
 		total += mb
+		pss += pssMB(pid)
 		names = append(names, fmt.Sprintf("%s %.0f MB", filepath.Base(strings.Split(string(cmdline), "\x00")[0]), mb))
 	}
-	return total, strings.Join(names, ", ")
+	return total, pss, strings.Join(names, ", ")
 }

@@ -172,6 +172,7 @@ type ClusterNetwork struct {
 // only, or none); what it needs inside the cluster (APIService, Service,
 // RBAC) is kept in place by fke-manager, which repairs it when deleted and
 // removes it when the addon is turned off. status.addons reports each one.
+// +kubebuilder:validation:XValidation:rule="!has(self.verticalPodAutoscaler) || !has(self.verticalPodAutoscaler.enabled) || !self.verticalPodAutoscaler.enabled || !has(self.metricsServer) || !has(self.metricsServer.enabled) || self.metricsServer.enabled",message="the vertical pod autoscaler reads usage from metrics-server: keep metricsServer enabled, or turn verticalPodAutoscaler off"
 type ClusterAddons struct {
 	// GPUAgent configures the fke GPU node agent on GPU nodes.
 	// +optional
@@ -189,9 +190,9 @@ type ClusterAddons struct {
 	// +kubebuilder:default={}
 	// +optional
 	GPUMetrics GPUMetricsAddon `json:"gpuMetrics,omitempty"`
-	// VerticalPodAutoscaler will install the upstream VPA (recommender,
-	// updater, admission controller). Not available yet: it stays off and
-	// enabling it is refused.
+	// VerticalPodAutoscaler runs the upstream Vertical Pod Autoscaler
+	// (recommender, updater, admission controller) for the cluster. Off by
+	// default; it reads usage from metrics-server, which must stay on.
 	// +optional
 	VerticalPodAutoscaler VerticalPodAutoscalerAddon `json:"verticalPodAutoscaler,omitempty"`
 }
@@ -222,10 +223,12 @@ type GPUMetricsAddon struct {
 // when unset.
 func (a GPUMetricsAddon) IsEnabled() bool { return a.Enabled == nil || *a.Enabled }
 
-// VerticalPodAutoscalerAddon configures the upstream VPA (not available yet).
-// +kubebuilder:validation:XValidation:rule="!has(self.enabled) || !self.enabled",message="the VerticalPodAutoscaler addon is not available yet in this fke; leave verticalPodAutoscaler.enabled false"
+// VerticalPodAutoscalerAddon configures the upstream Vertical Pod
+// Autoscaler (k8s.io/autoscaler/vertical-pod-autoscaler).
 type VerticalPodAutoscalerAddon struct {
-	// Enabled must stay false until the VPA addon is available.
+	// Enabled runs the VPA for the cluster (default false); false removes
+	// it, its webhook and RBAC (the VerticalPodAutoscaler CRDs and objects
+	// stay).
 	// +optional
 	Enabled bool `json:"enabled,omitempty"`
 }
@@ -299,6 +302,9 @@ type ClusterPorts struct {
 	// GPUMetrics is the port the GPU metrics adapter serves on beside the
 	// control plane.
 	GPUMetrics int32 `json:"gpuMetrics,omitempty"`
+	// VPAWebhook is the port the VPA admission controller serves its
+	// webhook on beside the control plane.
+	VPAWebhook int32 `json:"vpaWebhook,omitempty"`
 }
 
 // ClusterStatus is the observed state of a Cluster.

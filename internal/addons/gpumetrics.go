@@ -77,7 +77,12 @@ func (GPUMetrics) Version() string { return GPUMetricsVersion }
 // Enabled implements Managed.
 func (GPUMetrics) Enabled(cl *fkev1.Cluster) bool { return cl.Spec.Addons.GPUMetrics.IsEnabled() }
 
-// Process implements Managed.
+// Processes implements Managed: the one process of Process.
+func (a GPUMetrics) Processes(cl *fkev1.Cluster, endpoint string, b pki.Bundle) ([]controlplane.Addon, error) {
+	return one(a.Process(cl, endpoint, b))
+}
+
+// Process returns the addon's process (see Managed.Processes).
 func (GPUMetrics) Process(cl *fkev1.Cluster, endpoint string, b pki.Bundle) (controlplane.Addon, error) {
 	port := int(cl.Status.Ports.GPUMetrics)
 	if port == 0 {

@@ -15,6 +15,7 @@ import (
 // the objects in the tenant cluster that make its API server use it. The
 // cluster controller calls Process, Install and Serving on every pass while
 // the addon is enabled, and Remove until it succeeds once it is disabled.
+// (Processes, not Process, is called: an addon may run several.)
 type Managed interface {
 	// Name is the addon's name in status.addons, e.g. metrics-server.
 	Name() string
@@ -22,10 +23,11 @@ type Managed interface {
 	Version() string
 	// Enabled reports whether cl asks for the addon.
 	Enabled(cl *fkev1.Cluster) bool
-	// Process returns the process to run beside cl's control plane, whose
-	// API server is at endpoint (loopback) and whose PKI is b. It fails
-	// when cl lacks what the process needs (a port, a certificate). Pure.
-	Process(cl *fkev1.Cluster, endpoint string, b pki.Bundle) (controlplane.Addon, error)
+	// Processes returns the processes to run beside cl's control plane,
+	// whose API server is at endpoint (loopback) and whose PKI is b; their
+	// names are unique among the cluster's addons. It fails when cl lacks
+	// what they need (a port, a certificate). Pure.
+	Processes(cl *fkev1.Cluster, endpoint string, b pki.Bundle) ([]controlplane.Addon, error)
 	// Install creates or repairs the addon's objects in the tenant at cfg.
 	// Idempotent; cheap when everything is in place.
 	Install(ctx context.Context, cfg *rest.Config, cl *fkev1.Cluster, b pki.Bundle) error
@@ -35,4 +37,12 @@ type Managed interface {
 	// Remove deletes the addon's objects from the tenant at cfg.
 	// Idempotent: objects already gone are no error.
 	Remove(ctx context.Context, cfg *rest.Config) error
+}
+
+// one is Processes of an addon that runs a single process.
+func one(p controlplane.Addon, err error) ([]controlplane.Addon, error) {
+	if err != nil {
+		return nil, err
+	}
+	return []controlplane.Addon{p}, nil
 }

@@ -81,7 +81,12 @@ func (MetricsServer) Version() string { return MetricsServerVersion }
 // Enabled implements Managed.
 func (MetricsServer) Enabled(cl *fkev1.Cluster) bool { return cl.Spec.Addons.MetricsServer.IsEnabled() }
 
-// Process implements Managed.
+// Processes implements Managed: the one process of Process.
+func (a MetricsServer) Processes(cl *fkev1.Cluster, endpoint string, b pki.Bundle) ([]controlplane.Addon, error) {
+	return one(a.Process(cl, endpoint, b))
+}
+
+// Process returns the addon's process (see Managed.Processes).
 func (MetricsServer) Process(cl *fkev1.Cluster, endpoint string, b pki.Bundle) (controlplane.Addon, error) {
 	port := int(cl.Status.Ports.MetricsServer)
 	if port == 0 {

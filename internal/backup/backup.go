@@ -36,7 +36,16 @@ type Snapshot struct {
 	Size     int64     `json:"size"`
 	SHA256   string    `json:"sha256"`
 	Revision int64     `json:"revision"`
+	// ClusterUID is the UID of the Cluster object it was taken of: the keys
+	// that open its Secrets are kept under it (see KeysSecretName), also
+	// once that cluster is deleted.
+	ClusterUID string `json:"clusterUID,omitempty"`
 }
+
+// KeysSecretName names the management-plane Secret that keeps the CAs and
+// keys a snapshot of the cluster with uid needs to be restored: it has no
+// owner, so it outlives the cluster (as its snapshots do).
+func KeysSecretName(uid string) string { return "restore-keys-" + uid }
 
 // Dir holds one cluster's snapshots.
 type Dir string
@@ -52,9 +61,10 @@ type Maintenance interface {
 	Snapshot(ctx context.Context) (io.ReadCloser, error)
 }
 
-// Take streams a snapshot of the etcd at endpoint into d as of now,
-// computing its checksum on the way; the file appears only once complete.
-func Take(ctx context.Context, m Maintenance, endpoint string, d Dir, now time.Time) (Snapshot, error) {
+// Take streams a snapshot of the etcd at endpoint (of the cluster with
+// uid) into d as of now, computing its checksum on the way; the file
+// appears only once complete.
+func Take(ctx context.Context, m Maintenance, endpoint string, d Dir, now time.Time, uid string) (Snapshot, error) {
 	if err := os.MkdirAll(string(d), 0o700); err != nil {
 		return Snapshot{}, fmt.Errorf("creating backup directory: %w", err)
 	}
@@ -67,7 +77,7 @@ func Take(ctx context.Context, m Maintenance, endpoint string, d Dir, now time.T
 		return Snapshot{}, fmt.Errorf("starting etcd snapshot: %w", err)
 	}
 	defer rc.Close()
-	s := Snapshot{Name: now.UTC().Format(TimeFormat), Time: now.UTC().Truncate(time.Second), Revision: st.Header.Revision}
+	s := Snapshot{Name: now.UTC().Format(TimeFormat), Time: now.UTC().Truncate(time.Second), Revision: st.Header.Revision, ClusterUID: uid}
 	tmp := d.File(s.Name) + ".part"
 	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o600)
 	if err != nil {

@@ -35,7 +35,7 @@ var t0 = time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
 func TestTakeListVerifyPrune(t *testing.T) {
 	d := Dir(t.TempDir())
 	for i := range 4 {
-		s, err := Take(context.Background(), fakeEtcd{data: bytes.Repeat([]byte{byte(i)}, 1000+i), rev: int64(100 + i)}, "e", d, t0.Add(time.Duration(i)*time.Hour))
+		s, err := Take(context.Background(), fakeEtcd{data: bytes.Repeat([]byte{byte(i)}, 1000+i), rev: int64(100 + i)}, "e", d, t0.Add(time.Duration(i)*time.Hour), "uid-1")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -78,7 +78,7 @@ func TestTakeListVerifyPrune(t *testing.T) {
 
 func TestTakeFailureLeavesNothing(t *testing.T) {
 	d := Dir(t.TempDir())
-	if _, err := Take(context.Background(), fakeEtcd{err: errors.New("etcd down")}, "e", d, t0); err == nil {
+	if _, err := Take(context.Background(), fakeEtcd{err: errors.New("etcd down")}, "e", d, t0, "uid-1"); err == nil {
 		t.Fatal("no error")
 	}
 	if all, _ := List(d); len(all) != 0 {

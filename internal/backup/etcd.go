@@ -13,9 +13,10 @@ import (
 	"fke.dev/fke/internal/pki"
 )
 
-// TakeCluster snapshots the etcd of a tenant control plane listening on
-// loopback port etcdPort into d, authenticating with the cluster's PKI.
-func TakeCluster(ctx context.Context, b pki.Bundle, etcdPort int, d Dir, now time.Time) (Snapshot, error) {
+// TakeCluster snapshots the etcd of the tenant control plane of the cluster
+// with uid, listening on loopback port etcdPort, into d, authenticating
+// with the cluster's PKI.
+func TakeCluster(ctx context.Context, b pki.Bundle, etcdPort int, d Dir, now time.Time, uid string) (Snapshot, error) {
 	tlsCfg, err := etcdClientTLS(b)
 	if err != nil {
 		return Snapshot{}, err
@@ -28,7 +29,7 @@ func TakeCluster(ctx context.Context, b pki.Bundle, etcdPort int, d Dir, now tim
 	defer c.Close()
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
 	defer cancel()
-	return Take(ctx, c, endpoint, d, now)
+	return Take(ctx, c, endpoint, d, now, uid)
 }
 
 // etcdClientTLS trusts the cluster's etcd CA and presents the API server's

@@ -94,7 +94,7 @@ func TestPathForVersion(t *testing.T) {
 		}
 	}
 	var missing *MissingError
-	if _, err := f.PathFor(versions.Previous, KubeAPIServer); !errors.As(err, &missing) {
+	if _, err := f.PathFor("v1.0.0", KubeAPIServer); !errors.As(err, &missing) {
 		t.Errorf("a missing versioned binary: %v, want a MissingError", err)
 	}
 }

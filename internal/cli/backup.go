@@ -9,12 +9,15 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	fkev1 "fke.dev/fke/api/v1alpha1"
+	"fke.dev/fke/internal/backup"
+	"fke.dev/fke/internal/controller/cluster"
 )
 
 func newClusterBackupCmd(g *globals) *cobra.Command {
@@ -123,6 +126,34 @@ func humanBytes(n int64) string {
 	return fmt.Sprintf("%.1f GiB", float64(n)/(k*k*k))
 }
 
+// deletedSource describes a deleted cluster from the restore-keys Secret
+// its last snapshot left (the newest, when a name was reused): its
+// version and Service range, which a cluster restored from it keeps.
+func deletedSource(ctx context.Context, c client.Client, namespace, name string) (*fkev1.Cluster, error) {
+	var keys corev1.SecretList
+	if err := c.List(ctx, &keys, client.InNamespace(namespace), client.MatchingLabels{fkev1.LabelCluster: name}); err != nil {
+		return nil, fmt.Errorf("looking for the snapshots of %s: %w", name, err)
+	}
+	var newest *corev1.Secret
+	for i := range keys.Items {
+		k := &keys.Items[i]
+		if !strings.HasPrefix(k.Name, backup.KeysSecretName("")) {
+			continue
+		}
+		if newest == nil || k.CreationTimestamp.After(newest.CreationTimestamp.Time) {
+			newest = k
+		}
+	}
+	if newest == nil {
+		return nil, fmt.Errorf("cluster %q not found, and no snapshot of a deleted cluster of that name is kept (list clusters with `fke cluster list`)", name)
+	}
+	src := &fkev1.Cluster{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name}}
+	src.Spec.Version = newest.Annotations[cluster.AnnotationKeysVersion]
+	src.Spec.Network.ServiceCIDR = newest.Annotations[cluster.AnnotationKeysServiceCIDR]
+	src.Spec.Runtime = fkev1.RuntimeLocal
+	return src, nil
+}
+
 func newClusterRestoreCmd(g *globals) *cobra.Command {
 	var (
 		from         string
@@ -154,17 +185,26 @@ func newClusterRestoreCmd(g *globals) *cobra.Command {
 				return err
 			}
 			src, err := g.getCluster(cmd.Context(), c, srcName)
-			if err != nil {
+			switch {
+			case err == nil:
+				found := false
+				var names []string
+				for _, b := range src.Status.Backups {
+					names = append(names, b.Name)
+					found = found || b.Name == snapshot
+				}
+				if !found {
+					return fmt.Errorf("cluster %s has no snapshot %s (it has: %s)", srcName, snapshot, orDash(strings.Join(names, ", ")))
+				}
+			case inPlace:
 				return err
-			}
-			found := false
-			var names []string
-			for _, b := range src.Status.Backups {
-				names = append(names, b.Name)
-				found = found || b.Name == snapshot
-			}
-			if !found {
-				return fmt.Errorf("cluster %s has no snapshot %s (it has: %s)", srcName, snapshot, orDash(strings.Join(names, ", ")))
+			default:
+				// A deleted cluster: its snapshots and the keys that open
+				// them outlive it (the manager checks the snapshot).
+				src, err = deletedSource(cmd.Context(), c, g.namespace, srcName)
+				if err != nil {
+					return err
+				}
 			}
 			if inPlace {
 				return restoreInPlace(cmd.Context(), g, c, src, snapshot, timeout)

@@ -60,6 +60,7 @@ func newClusterCreateCmd(g *globals) *cobra.Command {
 		expander   string
 		metrics    bool
 		gpuMetrics bool
+		vpa        bool
 		auto       string
 		window     string
 
@@ -113,7 +114,8 @@ func newClusterCreateCmd(g *globals) *cobra.Command {
 					Network:     fkev1.ClusterNetwork{PodCIDR: podCIDR, ServiceCIDR: serviceCIDR},
 					Autoscaling: fkev1.ClusterAutoscaling{Expander: fkev1.Expander(expander)},
 					Addons: fkev1.ClusterAddons{MetricsServer: fkev1.MetricsServerAddon{Enabled: &metrics},
-						GPUMetrics: fkev1.GPUMetricsAddon{Enabled: &gpuMetrics}},
+						GPUMetrics:            fkev1.GPUMetricsAddon{Enabled: &gpuMetrics},
+						VerticalPodAutoscaler: fkev1.VerticalPodAutoscalerAddon{Enabled: vpa}},
 					AutoUpgrade: fkev1.AutoUpgradePolicy(auto),
 					Maintenance: mw,
 				},
@@ -143,6 +145,7 @@ func newClusterCreateCmd(g *globals) *cobra.Command {
 	}
 	cmd.Flags().StringVar(&version, "version", versions.Default, "Kubernetes version of the control plane (`fke versions` lists them)")
 	cmd.Flags().BoolVar(&wait, "wait", false, "wait until the cluster (and its node pools) are Ready")
+	cmd.Flags().BoolVar(&vpa, "vertical-pod-autoscaler", false, "run the upstream Vertical Pod Autoscaler (recommender, updater, admission controller) for the cluster")
 	cmd.Flags().BoolVar(&metrics, "metrics-server", true, "run metrics-server for the cluster (kubectl top, HPAs on CPU and memory); --metrics-server=false to leave it out")
 	cmd.Flags().BoolVar(&gpuMetrics, "gpu-metrics", true, "run the GPU metrics adapter for the cluster (custom.metrics.k8s.io: HPAs on DCGM_FI_DEV_GPU_UTIL, ...); --gpu-metrics=false to leave it out")
 	cmd.Flags().StringVar(&expander, "expander", string(fkev1.ExpanderLeastWaste), "node autoscaler expander: least-waste, price, priority or random")
@@ -432,7 +435,7 @@ func printAddons(out io.Writer, cl *fkev1.Cluster) error {
 	}{
 		{addons.MetricsServerName, cl.Spec.Addons.MetricsServer.IsEnabled()},
 		{addons.GPUMetricsName, cl.Spec.Addons.GPUMetrics.IsEnabled()},
-		{"vertical-pod-autoscaler", cl.Spec.Addons.VerticalPodAutoscaler.Enabled},
+		{addons.VPAName, cl.Spec.Addons.VerticalPodAutoscaler.Enabled},
 	} {
 		switch {
 		case seen[a.name]:

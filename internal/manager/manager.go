@@ -202,7 +202,7 @@ func Run(ctx context.Context, opts Options) error {
 		Recorder:    mgr.GetEventRecorder("fke-cluster"),
 		Versioner:   ServerVersion,
 		Addons:      tenantAddons,
-		Managed:     []addons.Managed{addons.MetricsServer{}, addons.GPUMetrics{}},
+		Managed:     []addons.Managed{addons.MetricsServer{}, addons.GPUMetrics{}, addons.VerticalPodAutoscaler{}},
 		Tenants:     tenants,
 		Providers:   providers,
 		Approvers:   approvers,

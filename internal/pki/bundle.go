@@ -48,6 +48,11 @@ const (
 	GPUMetrics = "gpu-metrics"
 	// GPUMetricsClient is the GPU metrics adapter's client certificate.
 	GPUMetricsClient = "gpu-metrics-client"
+	// VPAWebhook is the VPA admission controller's serving certificate,
+	// for 127.0.0.1 (the API server calls it there, by URL).
+	VPAWebhook = "vpa-webhook"
+	// VPAClient is the client certificate of the VPA's three components.
+	VPAClient = "vpa-client"
 	// LoopbackKubelet is the serving certificate of a kubelet API served on
 	// loopback for simulated nodes (kwok's), so that metrics-server, which
 	// checks kubelets against the cluster CA, accepts it.
@@ -90,6 +95,10 @@ const (
 	GPUMetricsKeyFile              = GPUMetrics + ".key"
 	GPUMetricsClientCertFile       = GPUMetricsClient + ".crt"
 	GPUMetricsClientKeyFile        = GPUMetricsClient + ".key"
+	VPAWebhookCertFile             = VPAWebhook + ".crt"
+	VPAWebhookKeyFile              = VPAWebhook + ".key"
+	VPAClientCertFile              = VPAClient + ".crt"
+	VPAClientKeyFile               = VPAClient + ".key"
 	// SAKeyFile is the service-account signing key (PKCS#8 PEM).
 	SAKeyFile = "sa.key"
 	// SAPubFile is the service-account public key (PKIX PEM).
@@ -111,6 +120,9 @@ const (
 	// MetricsServerServiceName is the DNS name under which the tenant's
 	// aggregator reaches metrics-server: <Service>.<namespace>.svc.
 	MetricsServerServiceName = "metrics-server.kube-system.svc"
+	// VPAUser is the user the VPA's recommender, updater and admission
+	// controller act as.
+	VPAUser = "fke:vertical-pod-autoscaler"
 	// GPUMetricsUser is the user the GPU metrics adapter acts as.
 	GPUMetricsUser = "fke:gpu-metrics"
 	// GPUMetricsServiceName is the DNS name under which the tenant's
@@ -201,6 +213,10 @@ var leaves = []leaf{
 		return CertSpec{CommonName: GPUMetricsServiceName, DNSNames: []string{GPUMetricsServiceName}, Usages: UsageServer}
 	}},
 	{GPUMetricsClient, CA, client(GPUMetricsUser)},
+	{VPAWebhook, CA, func(ControlPlaneSpec) CertSpec {
+		return CertSpec{CommonName: "vpa-webhook", IPs: []net.IP{net.IPv4(127, 0, 0, 1)}, Usages: UsageServer}
+	}},
+	{VPAClient, CA, client(VPAUser)},
 	{LoopbackKubelet, CA, func(ControlPlaneSpec) CertSpec {
 		return CertSpec{CommonName: "loopback-kubelet", DNSNames: []string{"localhost"}, IPs: []net.IP{net.IPv4(127, 0, 0, 1)}, Usages: UsageServer}
 	}},

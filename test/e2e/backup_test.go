@@ -172,4 +172,36 @@ func TestEtcdBackupAndRestore(t *testing.T) {
 			t.Errorf("%d snapshot files on disk, retain is 2", len(entries))
 		}
 	})
+	t.Run("a deleted cluster's snapshot still restores, with its keys", func(t *testing.T) {
+		var cl fkev1.Cluster
+		key := client.ObjectKey{Namespace: "default", Name: "src"}
+		if err := e.Client().Get(ctx, key, &cl); err != nil {
+			t.Fatal(err)
+		}
+		patch := client.MergeFrom(cl.DeepCopy())
+		cl.Spec.Backup = nil
+		if err := e.Client().Patch(ctx, &cl, patch); err != nil {
+			t.Fatal(err)
+		}
+		var records []fkev1.BackupRecord
+		if err := json.Unmarshal([]byte(e.MustRun("cluster", "backups", "src", "-o", "json")), &records); err != nil || len(records) == 0 {
+			t.Fatalf("backups: %v, %v", records, err)
+		}
+		last := records[len(records)-1].Name
+		e.MustRun("cluster", "delete", "src", "--wait")
+		start := time.Now()
+		e.MustRun("cluster", "restore", "reborn", "--from", "src/"+last, "--wait")
+		t.Logf("FIGURE restore of a deleted cluster's snapshot -> Ready: %s", time.Since(start).Round(10*time.Millisecond))
+		rb := e.Tenant("reborn")
+		got, err := rb.CoreV1().Secrets("default").Get(ctx, "db-password", metav1.GetOptions{})
+		if err != nil || string(got.Data["password"]) != "s3cret" {
+			t.Errorf("the Secret, encrypted with the deleted cluster's key: %v, %v", got, err)
+		}
+		if _, err := rb.CoreV1().ConfigMaps("default").Get(ctx, fmt.Sprintf("cm-%03d", objects-1), metav1.GetOptions{}); err != nil {
+			t.Errorf("a ConfigMap of the snapshot: %v", err)
+		}
+		if out := e.RunFail("cluster", "restore", "ghost", "--from", "nothing/"+last); !strings.Contains(out, "no snapshot of a deleted cluster") {
+			t.Errorf("restoring from a cluster that never was:\n%s", out)
+		}
+	})
 }

@@ -67,8 +67,18 @@ func TestAPIRejectsBadObjects(t *testing.T) {
 		{"service CIDR too large", cluster("s", func(c *fkev1.Cluster) { c.Spec.Network.ServiceCIDR = "10.0.0.0/8" }), "prefix of /12 or longer"},
 		{"unknown runtime", cluster("r", func(c *fkev1.Cluster) { c.Spec.Runtime = "docker" }), `Unsupported value: "docker"`},
 		{"sharing replicas without sharing", cluster("g", func(c *fkev1.Cluster) { c.Spec.Addons.GPUAgent.Replicas = ptr.To[int32](4) }), "replicas > 1 needs sharing"},
-		{"VPA addon not available yet", cluster("vpa", func(c *fkev1.Cluster) { c.Spec.Addons.VerticalPodAutoscaler.Enabled = true }),
-			"the VerticalPodAutoscaler addon is not available yet in this fke"},
+		{"VPA without metrics-server", cluster("vpa", func(c *fkev1.Cluster) {
+			c.Spec.Addons.VerticalPodAutoscaler.Enabled = true
+			c.Spec.Addons.MetricsServer.Enabled = ptr.To(false)
+		}), "the vertical pod autoscaler reads usage from metrics-server"},
+		{"maintenance window too short", cluster("mw", func(c *fkev1.Cluster) {
+			c.Spec.Maintenance = &fkev1.MaintenanceWindow{Start: "22:00", Duration: metav1.Duration{Duration: 10 * time.Minute}}
+		}), "maintenance duration must be between 30m and 24h"},
+		{"maintenance start not HH:MM", cluster("ms", func(c *fkev1.Cluster) {
+			c.Spec.Maintenance = &fkev1.MaintenanceWindow{Start: "25:00", Duration: metav1.Duration{Duration: time.Hour}}
+		}), "spec.maintenance.start"},
+		{"unknown auto-upgrade policy", cluster("au", func(c *fkev1.Cluster) { c.Spec.AutoUpgrade = "major" }), `Unsupported value: "major"`},
+		{"pool pinned to a malformed version", pool(func(p *fkev1.NodePool) { p.Spec.Version = "1.37" }), "spec.version"},
 		{"min greater than max", pool(func(p *fkev1.NodePool) {
 			p.Spec.Replicas = nil
 			p.Spec.Autoscaling = &fkev1.NodePoolAutoscaling{MinSize: 3, MaxSize: 1}
@@ -93,7 +103,7 @@ func TestAPIRejectsBadObjects(t *testing.T) {
 
 		// Clusters: versions and networks.
 		{"version this fke cannot run", cluster("v99", func(c *fkev1.Cluster) { c.Spec.Version = "v1.99.0" }),
-			`Kubernetes version "v1.99.0" is not available in this fke: use one of v1.37.2 (` + "`fke versions`" + ` lists them)`},
+			`Kubernetes version "v1.99.0" is not available in this fke: use one of v1.36.3, v1.37.2 (` + "`fke versions`" + ` lists them)`},
 		{"pod CIDR equals service CIDR", cluster("same", func(c *fkev1.Cluster) {
 			c.Spec.Network = fkev1.ClusterNetwork{PodCIDR: "10.96.0.0/16", ServiceCIDR: "10.96.0.0/16"}
 		}), "podCIDR 10.96.0.0/16 and serviceCIDR 10.96.0.0/16 overlap: pods and Services need separate ranges"},

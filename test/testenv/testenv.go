@@ -57,6 +57,10 @@ func init() {
 	ctrllog.SetLogger(logr.Discard())
 }
 
+// BuildTags are the build tags fke's binaries need (see the Makefile's
+// BUILD_TAGS).
+const BuildTags = "kustomize_disable_go_plugin_support"
+
 var (
 	buildOnce sync.Once
 	fkeBin    string
@@ -88,7 +92,7 @@ func FkeBinary(t testing.TB) string {
 		// finds them to build the images it pushes to its registry, and so
 		// does the GPU metrics adapter, which the manager runs beside each
 		// tenant control plane.
-		cmd := exec.Command("go", "build", "-o", dir+"/", "./cmd/fke", "./cmd/fke-pause", "./cmd/fke-demo-server", "./cmd/fke-gpu-metrics")
+		cmd := exec.Command("go", "build", "-tags", BuildTags, "-o", dir+"/", "./cmd/fke", "./cmd/fke-pause", "./cmd/fke-demo-server", "./cmd/fke-gpu-metrics")
 		cmd.Dir = RepoRoot()
 		if out, err := cmd.CombinedOutput(); err != nil {
 			buildErr = fmt.Errorf("building fke: %v\n%s", err, out)

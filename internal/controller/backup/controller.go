@@ -100,9 +100,12 @@ func (r *Reconciler) take(ctx context.Context, cl *fkev1.Cluster, now time.Time)
 		return nil, fmt.Errorf("reading the cluster's PKI: %w", err)
 	}
 	dir := ClusterDir(r.Dir, cl.Namespace, cl.Name)
-	snap, err := backup.TakeCluster(ctx, pki.Bundle(secret.Data), int(cl.Status.Ports.EtcdClient), dir, now)
+	snap, err := backup.TakeCluster(ctx, pki.Bundle(secret.Data), int(cl.Status.Ports.EtcdClient), dir, now, string(cl.UID))
 	if err != nil {
 		return nil, err
+	}
+	if err := clustercontroller.EnsureRestoreKeys(ctx, r.Client, cl, pki.Bundle(secret.Data)); err != nil {
+		return &snap, err
 	}
 	retain := DefaultRetain
 	if b := cl.Spec.Backup; b != nil && b.Retain > 0 {

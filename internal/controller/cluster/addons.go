@@ -29,9 +29,13 @@ type addonObservation struct {
 	// Err is why its process could not be started or its objects not
 	// applied or removed.
 	Err error
-	// Process is its process, when one runs (HasProcess).
+	// Process is its process, when one runs (HasProcess); for an addon of
+	// several processes, all of them: Ready when every one is, the most
+	// restarts of any.
 	Process    controlplane.ComponentStatus
 	HasProcess bool
+	// procs names its processes.
+	procs []string
 	// Serving and Why: whether the tenant's API server reaches it.
 	Serving bool
 	Why     string
@@ -58,8 +62,12 @@ func decideAddon(prev *fkev1.AddonStatus, o addonObservation, now metav1.Time) *
 		st.Phase, st.Message = fkev1.AddonInstalling, "waiting for "+o.Name+" to serve"
 		if o.Process.Restarts >= failedAfterRestarts {
 			st.Phase = fkev1.AddonFailed
+			proc := o.Process.Name
+			if proc == "" {
+				proc = o.Name
+			}
 			st.Message = fmt.Sprintf("%s exited %d times without serving; see its log (logs/%s.log in the cluster's data directory)",
-				o.Name, o.Process.Restarts, o.Name)
+				proc, o.Process.Restarts, proc)
 		}
 	case !o.Serving:
 		st.Phase, st.Message = fkev1.AddonInstalling, o.Why
@@ -124,17 +132,27 @@ func (r *Reconciler) reconcileAddons(ctx context.Context, cl *fkev1.Cluster, key
 		if !obs[i].Enabled {
 			continue
 		}
-		p, err := a.Process(cl, endpoint, b)
+		ps, err := a.Processes(cl, endpoint, b)
 		if err != nil {
 			obs[i].Err = err
 			continue
 		}
-		procs = append(procs, p)
+		for _, p := range ps {
+			obs[i].procs = append(obs[i].procs, p.Name)
+		}
+		procs = append(procs, ps...)
 	}
 	st, ensureErr := r.Runtime.EnsureAddons(ctx, key, procs)
 	for i, a := range r.Managed {
 		o := &obs[i]
-		o.Process, o.HasProcess = st.AddonStatus(o.Name)
+		if o.Enabled {
+			o.Process, o.HasProcess = processesStatus(st, o.procs)
+		} else {
+			// A disabled addon's processes are not listed: any process named
+			// after the addon (NAME, or NAME-PART for an addon of several)
+			// counts.
+			o.HasProcess = anyAddonProcess(st, o.Name)
+		}
 		if !o.Enabled {
 			if _, known := findAddon(cl.Status.Addons, o.Name); !known {
 				o.Removed = true // never installed, or removed already
@@ -196,6 +214,40 @@ func (r *Reconciler) reconcileAddons(ctx context.Context, cl *fkev1.Cluster, key
 	cl.Status.Addons = next
 	meta.SetStatusCondition(&cl.Status.Conditions, addonsCondition(base, next, cl.Generation))
 	return pending
+}
+
+// processesStatus folds the statuses of an addon's processes into one: it
+// runs when all of them run, is Ready when all are, and has the most
+// restarts of any.
+func processesStatus(st controlplane.Status, names []string) (controlplane.ComponentStatus, bool) {
+	out := controlplane.ComponentStatus{Running: true, Ready: true}
+	if len(names) == 0 {
+		return controlplane.ComponentStatus{}, false
+	}
+	for _, n := range names {
+		p, ok := st.AddonStatus(n)
+		if !ok {
+			return controlplane.ComponentStatus{}, false
+		}
+		out.Name = n
+		out.Running = out.Running && p.Running
+		out.Ready = out.Ready && p.Ready
+		out.Restarts = max(out.Restarts, p.Restarts)
+		if out.PID == 0 {
+			out.PID = p.PID
+		}
+	}
+	return out, true
+}
+
+// anyAddonProcess reports whether a process of addon name still runs.
+func anyAddonProcess(st controlplane.Status, name string) bool {
+	for _, a := range st.Addons {
+		if a.Name == name || strings.HasPrefix(a.Name, name+"-") {
+			return true
+		}
+	}
+	return false
 }
 
 func findAddon(statuses []fkev1.AddonStatus, name string) (*fkev1.AddonStatus, bool) {

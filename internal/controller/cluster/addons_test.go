@@ -143,14 +143,23 @@ func (f *fakeRuntime) EnsureAddons(_ context.Context, _ string, addons []control
 type fakeAddon struct {
 	enabled bool
 	serving bool
-	calls   []string
+	// parts: the addon runs fake-PART for each; none: one process, fake.
+	parts []string
+	calls []string
 }
 
 func (f *fakeAddon) Name() string                { return "fake" }
 func (f *fakeAddon) Version() string             { return "v1" }
 func (f *fakeAddon) Enabled(*fkev1.Cluster) bool { return f.enabled }
-func (f *fakeAddon) Process(*fkev1.Cluster, string, pki.Bundle) (controlplane.Addon, error) {
-	return controlplane.Addon{Name: "fake", Binary: "fake"}, nil
+func (f *fakeAddon) Processes(*fkev1.Cluster, string, pki.Bundle) ([]controlplane.Addon, error) {
+	if len(f.parts) == 0 {
+		return []controlplane.Addon{{Name: "fake", Binary: "fake"}}, nil
+	}
+	var out []controlplane.Addon
+	for _, p := range f.parts {
+		out = append(out, controlplane.Addon{Name: "fake-" + p, Binary: "fake-" + p})
+	}
+	return out, nil
 }
 func (f *fakeAddon) Install(context.Context, *rest.Config, *fkev1.Cluster, pki.Bundle) error {
 	f.calls = append(f.calls, "install")
@@ -172,29 +181,41 @@ func (f *fakeAddon) Remove(context.Context, *rest.Config) error {
 func TestReconcileAddons(t *testing.T) {
 	ready := controlplane.ComponentStatus{Name: "fake", Running: true, Ready: true, PID: 1}
 	starting := controlplane.ComponentStatus{Name: "fake", Running: true, PID: 1}
+	named := func(s controlplane.ComponentStatus, name string) controlplane.ComponentStatus {
+		s.Name = name
+		return s
+	}
+	two := []string{"a", "b"}
 	for _, tc := range []struct {
 		name      string
 		enabled   bool
 		serving   bool
+		parts     []string
 		procs     map[string]controlplane.ComponentStatus
 		known     bool // in status.addons before the pass
 		wantCalls string
 		wantPhase fkev1.AddonPhase // "" means no status
 		pending   bool
 	}{
-		{"starting: objects go in", true, false, map[string]controlplane.ComponentStatus{"fake": starting}, false, "install", fkev1.AddonInstalling, true},
-		{"process ready, API not yet", true, false, map[string]controlplane.ComponentStatus{"fake": ready}, false, "install,serving", fkev1.AddonInstalling, true},
-		{"serving", true, true, map[string]controlplane.ComponentStatus{"fake": ready}, false, "install,serving", fkev1.AddonReady, false},
-		{"could not start", true, false, nil, false, "", fkev1.AddonFailed, false},
-		{"turned off: removed", false, false, nil, true, "remove", "", false},
-		{"never on: nothing to do", false, false, nil, false, "", "", false},
+		{"starting: objects go in", true, false, nil, map[string]controlplane.ComponentStatus{"fake": starting}, false, "install", fkev1.AddonInstalling, true},
+		{"process ready, API not yet", true, false, nil, map[string]controlplane.ComponentStatus{"fake": ready}, false, "install,serving", fkev1.AddonInstalling, true},
+		{"serving", true, true, nil, map[string]controlplane.ComponentStatus{"fake": ready}, false, "install,serving", fkev1.AddonReady, false},
+		{"could not start", true, false, nil, nil, false, "", fkev1.AddonFailed, false},
+		{"turned off: removed", false, false, nil, nil, true, "remove", "", false},
+		{"never on: nothing to do", false, false, nil, nil, false, "", "", false},
+		{"two processes, one still starting", true, true, two, map[string]controlplane.ComponentStatus{"fake-a": named(ready, "fake-a"), "fake-b": named(starting, "fake-b")},
+			false, "install", fkev1.AddonInstalling, true},
+		{"two processes, both ready", true, true, two, map[string]controlplane.ComponentStatus{"fake-a": named(ready, "fake-a"), "fake-b": named(ready, "fake-b")},
+			false, "install,serving", fkev1.AddonReady, false},
+		{"two processes, one not started", true, true, two, map[string]controlplane.ComponentStatus{"fake-a": named(ready, "fake-a")},
+			false, "", fkev1.AddonFailed, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			rt := &fakeRuntime{procs: tc.procs}
 			if tc.procs == nil && tc.enabled {
 				rt.err = errors.New("fake not found")
 			}
-			a := &fakeAddon{enabled: tc.enabled, serving: tc.serving}
+			a := &fakeAddon{enabled: tc.enabled, serving: tc.serving, parts: tc.parts}
 			r := &Reconciler{Runtime: rt, Recorder: events.NewFakeRecorder(10), Managed: []addons.Managed{a}}
 			cl := &fkev1.Cluster{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "demo"}}
 			if tc.known {
@@ -204,7 +225,7 @@ func TestReconcileAddons(t *testing.T) {
 			if got := strings.Join(a.calls, ","); got != tc.wantCalls {
 				t.Errorf("calls %q, want %q", got, tc.wantCalls)
 			}
-			if tc.enabled != (len(rt.asked) == 1) {
+			if want := max(1, len(tc.parts)); tc.enabled != (len(rt.asked) == want) {
 				t.Errorf("processes asked of the runtime: %v", rt.asked)
 			}
 			st, ok := findAddon(cl.Status.Addons, "fake")

@@ -40,12 +40,12 @@ func portsFromStatus(p fkev1.ClusterPorts) controlplane.Ports {
 
 // portFields lists the loopback ports of a cluster, in allocation order.
 func portFields(p *fkev1.ClusterPorts) []*int32 {
-	return []*int32{&p.APIServer, &p.EtcdClient, &p.EtcdPeer, &p.ControllerManager, &p.Scheduler, &p.MetricsServer, &p.GPUMetrics}
+	return []*int32{&p.APIServer, &p.EtcdClient, &p.EtcdPeer, &p.ControllerManager, &p.Scheduler, &p.MetricsServer, &p.GPUMetrics, &p.VPAWebhook}
 }
 
 // ensurePorts allocates the cluster's loopback ports once and persists them in
 // status right away, so a restarted manager reuses them (same endpoint).
-// Ports added by a later fke (metrics-server's, the GPU metrics adapter's) are allocated for existing
+// Ports added by a later fke (metrics-server's, the GPU metrics adapter's, the VPA webhook's) are allocated for existing
 // clusters the same way, leaving the others as they are.
 func (r *Reconciler) ensurePorts(ctx context.Context, cl *fkev1.Cluster) error {
 	var missing []*int32
@@ -122,11 +122,11 @@ func (r *Reconciler) ensurePKI(ctx context.Context, cl *fkev1.Cluster) (pki.Bund
 		// A cluster made from a backup takes the CAs and keys of the
 		// cluster the snapshot was taken of: its objects (service-account
 		// tokens, Secrets encrypted at rest) are only valid with them.
-		src := &corev1.Secret{}
-		if err := r.Client.Get(ctx, client.ObjectKey{Namespace: cl.Namespace, Name: pkiSecretName(cl.Spec.RestoreFrom.Cluster)}, src); err != nil {
-			return nil, fmt.Errorf("restoring from %s: reading its PKI (the keys its snapshot needs): %w", cl.Spec.RestoreFrom.Cluster, err)
+		src, err := r.restoreSeed(ctx, cl.Namespace, cl.Spec.RestoreFrom)
+		if err != nil {
+			return nil, err
 		}
-		seed = pki.Bundle(src.Data)
+		seed = src
 	}
 	bundle, changed, err := pki.EnsureBundle(seed, pki.ControlPlaneSpec{
 		ClusterName:  cl.Name,

@@ -128,7 +128,10 @@ func (r *Reconciler) reconcileUpgrade(ctx context.Context, cl *fkev1.Cluster, sp
 	case StepSnapshot:
 		dir := backup.Dir(filepath.Join(r.BackupDir, cl.Namespace, cl.Name))
 		var snap backup.Snapshot
-		snap, err = backup.TakeCluster(ctx, bundle, int(cl.Status.Ports.EtcdClient), dir, now.Time)
+		snap, err = backup.TakeCluster(ctx, bundle, int(cl.Status.Ports.EtcdClient), dir, now.Time, string(cl.UID))
+		if err == nil {
+			err = EnsureRestoreKeys(ctx, r.Client, cl, bundle)
+		}
 		if err == nil {
 			up.Snapshot = snap.Name
 			r.Recorder.Eventf(cl, nil, corev1.EventTypeNormal, "SnapshotTaken", "Upgrade", "snapshot %s of etcd taken before the upgrade (%d bytes, revision %d)", snap.Name, snap.Size, snap.Revision)

@@ -1,0 +1,90 @@
+package cluster
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"path/filepath"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	fkev1 "fke.dev/fke/api/v1alpha1"
+	"fke.dev/fke/internal/backup"
+	"fke.dev/fke/internal/pki"
+)
+
+// Annotations of a restore-keys Secret: what a cluster restored from the
+// snapshots of a deleted cluster takes from it.
+const (
+	AnnotationKeysVersion     = "fke.dev/version"
+	AnnotationKeysServiceCIDR = "fke.dev/service-cidr"
+)
+
+// EnsureRestoreKeys keeps the CAs and keys of cl (bundle) in the Secret
+// backup.KeysSecretName(cl.UID) of its namespace, with no owner: its
+// snapshots can then be restored after cl is deleted. The Secret is
+// encrypted at rest like every Secret of the management plane. Called
+// after each snapshot; one GET when nothing changed.
+func EnsureRestoreKeys(ctx context.Context, c client.Client, cl *fkev1.Cluster, bundle pki.Bundle) error {
+	want := &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{
+			Namespace: cl.Namespace, Name: backup.KeysSecretName(string(cl.UID)),
+			Labels: map[string]string{fkev1.LabelCluster: cl.Name},
+			Annotations: map[string]string{
+				AnnotationKeysVersion: cl.Spec.Version, AnnotationKeysServiceCIDR: cl.Spec.Network.ServiceCIDR,
+			},
+		},
+		Type: corev1.SecretTypeOpaque,
+		Data: bundle,
+	}
+	got := &corev1.Secret{}
+	err := c.Get(ctx, client.ObjectKeyFromObject(want), got)
+	switch {
+	case apierrors.IsNotFound(err):
+		if err := c.Create(ctx, want); err != nil {
+			return fmt.Errorf("keeping the keys of %s's snapshots: %w", cl.Name, err)
+		}
+		return nil
+	case err != nil:
+		return fmt.Errorf("reading the keys of %s's snapshots: %w", cl.Name, err)
+	}
+	if maps.EqualFunc(got.Data, want.Data, func(a, b []byte) bool { return string(a) == string(b) }) &&
+		maps.Equal(got.Annotations, want.Annotations) {
+		return nil
+	}
+	got.Data, got.Annotations, got.Labels = want.Data, want.Annotations, want.Labels
+	if err := c.Update(ctx, got); err != nil {
+		return fmt.Errorf("keeping the keys of %s's snapshots: %w", cl.Name, err)
+	}
+	return nil
+}
+
+// restoreSeed returns the CAs and keys a cluster restored from snapshot
+// from.Snapshot of cluster from.Cluster starts with: the source's PKI
+// Secret while the source exists, else the restore-keys Secret of the
+// cluster the snapshot was taken of.
+func (r *Reconciler) restoreSeed(ctx context.Context, namespace string, from *fkev1.ClusterRestore) (pki.Bundle, error) {
+	src := &corev1.Secret{}
+	err := r.Client.Get(ctx, client.ObjectKey{Namespace: namespace, Name: pkiSecretName(from.Cluster)}, src)
+	if err == nil {
+		return pki.Bundle(src.Data), nil
+	}
+	if !apierrors.IsNotFound(err) {
+		return nil, fmt.Errorf("restoring from %s: reading its PKI: %w", from.Cluster, err)
+	}
+	snap, err := backup.Verify(backup.Dir(filepath.Join(r.BackupDir, namespace, from.Cluster)), from.Snapshot)
+	if err != nil {
+		return nil, fmt.Errorf("restoring from snapshot %s of %s: %w", from.Snapshot, from.Cluster, err)
+	}
+	if snap.ClusterUID == "" {
+		return nil, fmt.Errorf("restoring from %s: the cluster is gone and snapshot %s was taken before fke kept the keys of snapshots", from.Cluster, from.Snapshot)
+	}
+	keys := &corev1.Secret{}
+	if err := r.Client.Get(ctx, client.ObjectKey{Namespace: namespace, Name: backup.KeysSecretName(snap.ClusterUID)}, keys); err != nil {
+		return nil, fmt.Errorf("restoring from %s (deleted): reading the keys of its snapshots (Secret %s): %w", from.Cluster, backup.KeysSecretName(snap.ClusterUID), err)
+	}
+	return pki.Bundle(keys.Data), nil
+}
