@@ -133,3 +133,34 @@ func TestPodIndexSlicesAreNotChangedLater(t *testing.T) {
 		t.Error("Has does not follow set and delete")
 	}
 }
+
+// TestIndexThenNotify: a pod handler is told of a change only once the
+// index holds it, so a pass it wakes reads what woke it.
+func TestIndexThenNotify(t *testing.T) {
+	x := NewPodIndex()
+	var seen []string
+	h := indexThenNotify(x.Handler(), "default/demo", []PodHandler{func(key string, p *corev1.Pod) {
+		if key != "default/demo" {
+			t.Errorf("key %q", key)
+		}
+		byNode, unbound := x.Grouped()
+		pods := byNode[p.Spec.NodeName]
+		if p.Spec.NodeName == "" {
+			pods = unbound
+		}
+		in := false
+		for _, q := range pods {
+			in = in || q == p
+		}
+		seen = append(seen, p.Name+"@"+p.Spec.NodeName+":"+map[bool]string{true: "indexed", false: "absent"}[in])
+	}})
+	pending := indexPod("default", "p", "")
+	bound := indexPod("default", "p", "node-1")
+	h.OnAdd(pending, false)
+	h.OnUpdate(pending, bound)
+	h.OnDelete(toolscache.DeletedFinalStateUnknown{Key: "default/p", Obj: bound})
+	want := []string{"p@:indexed", "p@node-1:indexed", "p@node-1:absent"}
+	if !reflect.DeepEqual(seen, want) {
+		t.Errorf("handler saw %v, want %v", seen, want)
+	}
+}

@@ -140,22 +140,11 @@ func (r *Registry) Get(ctx context.Context, key string) (*Tenant, error) {
 	var indexed toolscache.ResourceEventHandlerRegistration
 	podInformer, err := t.Cache.GetInformer(ctx, &corev1.Pod{})
 	if err == nil {
-		indexed, err = podInformer.AddEventHandler(t.PodIndex.Handler())
+		indexed, err = podInformer.AddEventHandler(indexThenNotify(t.PodIndex.Handler(), key, append([]PodHandler(nil), r.onPod...)))
 	}
 	if err != nil {
 		cancel()
 		return nil, fmt.Errorf("indexing pods of %s: %w", key, err)
-	}
-	if len(r.onPod) > 0 {
-		podHandlers := append([]PodHandler(nil), r.onPod...)
-		if err := watch(ctx, t.Cache, &corev1.Pod{}, func(p *corev1.Pod) {
-			for _, h := range podHandlers {
-				h(key, p)
-			}
-		}); err != nil {
-			cancel()
-			return nil, fmt.Errorf("watching pods of %s: %w", key, err)
-		}
 	}
 	syncCtx, syncCancel := context.WithTimeout(ctx, 30*time.Second)
 	defer syncCancel()
@@ -168,6 +157,31 @@ func (r *Registry) Get(ctx context.Context, key string) (*Tenant, error) {
 	r.tenants[key] = t
 	r.log.Info("connected to tenant cluster", "cluster", key, "host", cfg.Host)
 	return t, nil
+}
+
+// indexThenNotify feeds index, then tells handlers, from one informer
+// listener, so that a handler woken by a pod change (the autoscaler, which
+// then reads the index) finds the change already in the index. Two
+// listeners of one informer run in goroutines of their own, in no set
+// order: with the handlers on a listener of their own, a pass woken by a
+// pod that just became unschedulable could read the index before it held
+// that, find nothing to do and leave the pod to the next periodic scan.
+func indexThenNotify(index toolscache.ResourceEventHandler, key string, handlers []PodHandler) toolscache.ResourceEventHandler {
+	notify := func(o any) {
+		if tomb, ok := o.(toolscache.DeletedFinalStateUnknown); ok {
+			o = tomb.Obj
+		}
+		if p, ok := o.(*corev1.Pod); ok {
+			for _, h := range handlers {
+				h(key, p)
+			}
+		}
+	}
+	return toolscache.ResourceEventHandlerDetailedFuncs{
+		AddFunc:    func(o any, initial bool) { index.OnAdd(o, initial); notify(o) },
+		UpdateFunc: func(old, o any) { index.OnUpdate(old, o); notify(o) },
+		DeleteFunc: func(o any) { index.OnDelete(o); notify(o) },
+	}
 }
 
 // Forget disconnects from the tenant of key. Idempotent.

@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
+	autoscalingv2 "k8s.io/api/autoscaling/v2"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
@@ -21,6 +23,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	fkev1 "fke.dev/fke/api/v1alpha1"
@@ -117,6 +120,89 @@ func TestLocalGPUNodes(t *testing.T) {
 		testenv.Eventually(t, time.Minute, "the metered pod gone", func() error {
 			if _, err := cs.CoreV1().Pods("default").Get(t.Context(), "metered", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 				return fmt.Errorf("still there (%v)", err)
+			}
+			return nil
+		})
+	})
+	t.Run("an HPA on DCGM_FI_DEV_GPU_UTIL scales with the utilization the agent reports", func(t *testing.T) {
+		agent := agentPod(t, cs, node.Name)
+		setAll := func(util int) {
+			for _, u := range uuids {
+				httpPost(t, fmt.Sprintf("http://%s:9400/mock/utilization?uuid=%s&gpu=%d", agent.Status.PodIP, u, util))
+			}
+		}
+		setAll(90) // every GPU busy: 90 % against a 60 % target
+		labels := map[string]string{"app": "busy"}
+		deploy := &appsv1.Deployment{
+			ObjectMeta: metav1.ObjectMeta{Name: "busy"},
+			Spec: appsv1.DeploymentSpec{
+				Replicas: ptr.To[int32](1),
+				Selector: &metav1.LabelSelector{MatchLabels: labels},
+				Template: corev1.PodTemplateSpec{
+					ObjectMeta: metav1.ObjectMeta{Labels: labels},
+					Spec: corev1.PodSpec{
+						NodeSelector:                  map[string]string{corev1.LabelHostname: node.Name},
+						TerminationGracePeriodSeconds: ptr.To[int64](0),
+						Containers: []corev1.Container{{Name: "app", Image: demo, Resources: corev1.ResourceRequirements{
+							Limits: corev1.ResourceList{nodetemplate.ResourceGPU: resource.MustParse("1")}}}},
+					},
+				},
+			},
+		}
+		if _, err := cs.AppsV1().Deployments("default").Create(t.Context(), deploy, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		hpa := &autoscalingv2.HorizontalPodAutoscaler{
+			ObjectMeta: metav1.ObjectMeta{Name: "busy"},
+			Spec: autoscalingv2.HorizontalPodAutoscalerSpec{
+				ScaleTargetRef: autoscalingv2.CrossVersionObjectReference{APIVersion: "apps/v1", Kind: "Deployment", Name: "busy"},
+				MinReplicas:    ptr.To[int32](1),
+				MaxReplicas:    4,
+				Metrics: []autoscalingv2.MetricSpec{{Type: autoscalingv2.PodsMetricSourceType, Pods: &autoscalingv2.PodsMetricSource{
+					Metric: autoscalingv2.MetricIdentifier{Name: gpumetrics.GPUUtil},
+					Target: autoscalingv2.MetricTarget{Type: autoscalingv2.AverageValueMetricType, AverageValue: ptr.To(resource.MustParse("60"))},
+				}}},
+				Behavior: &autoscalingv2.HorizontalPodAutoscalerBehavior{
+					ScaleDown: &autoscalingv2.HPAScalingRules{StabilizationWindowSeconds: ptr.To[int32](0)},
+				},
+			},
+		}
+		if _, err := cs.AutoscalingV2().HorizontalPodAutoscalers("default").Create(t.Context(), hpa, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		running := func(want int32) func() error {
+			return func() error {
+				h, err := cs.AutoscalingV2().HorizontalPodAutoscalers("default").Get(t.Context(), "busy", metav1.GetOptions{})
+				if err != nil {
+					return err
+				}
+				d, err := cs.AppsV1().Deployments("default").Get(t.Context(), "busy", metav1.GetOptions{})
+				if err != nil {
+					return err
+				}
+				if h.Status.DesiredReplicas != want || d.Status.ReadyReplicas != want || d.Status.Replicas != want {
+					return fmt.Errorf("HPA desired %d, %d ready of %d; current %+v", h.Status.DesiredReplicas, d.Status.ReadyReplicas, d.Status.Replicas, h.Status.CurrentMetrics)
+				}
+				return nil
+			}
+		}
+		start := time.Now()
+		testenv.Eventually(t, 3*time.Minute, "busy scaled to its maximum of 4", running(4))
+		t.Logf("FIGURE local GPUs at 90%% -> HPA at 4 ready replicas (60%% target): %s (HPA sync period 15s)", time.Since(start).Round(10*time.Millisecond))
+		setAll(10)
+		start = time.Now()
+		testenv.Eventually(t, 2*time.Minute, "busy back to 1", running(1))
+		t.Logf("FIGURE local GPUs at 10%% -> HPA back to 1 replica: %s", time.Since(start).Round(10*time.Millisecond))
+		if err := cs.AutoscalingV2().HorizontalPodAutoscalers("default").Delete(t.Context(), "busy", metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		if err := cs.AppsV1().Deployments("default").Delete(t.Context(), "busy", metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		testenv.Eventually(t, time.Minute, "the busy pods gone", func() error {
+			pods, err := cs.CoreV1().Pods("default").List(t.Context(), metav1.ListOptions{LabelSelector: "app=busy"})
+			if err != nil || len(pods.Items) > 0 {
+				return fmt.Errorf("%v pods left (%v)", len(pods.Items), err)
 			}
 			return nil
 		})
