@@ -16,7 +16,9 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	aggregator "k8s.io/kube-aggregator/pkg/client/clientset_generated/clientset"
 	"k8s.io/utils/ptr"
@@ -35,7 +37,9 @@ import (
 // inference Deployment (one GPU per pod) from 1 to 8 replicas when the load
 // steps to 4.5 GPU-equivalents, the node autoscaler grows an l4x1 pool from
 // zero to exactly the 8 nodes they need, and dropping the load brings both
-// back to one. An HPA naming a metric the adapter does not serve says what
+// back to one; a VPA on the same Deployment shows recommendations and
+// `kubectl top` answers (the three autoscalers together). An HPA naming a
+// metric the adapter does not serve says what
 // is served; turning the addon off removes it and HPAs report the metric
 // unavailable.
 func TestGPUMetricsHPAOnKwokNodes(t *testing.T) {
@@ -44,7 +48,8 @@ func TestGPUMetricsHPAOnKwokNodes(t *testing.T) {
 	}
 	e := testenv.Up(t)
 	ctx := t.Context()
-	e.MustRun("cluster", "create", "demo", "--wait")
+	// The VPA too: the three autoscalers on one workload.
+	e.MustRun("cluster", "create", "demo", "--vertical-pod-autoscaler", "--wait")
 	t.Cleanup(func() { dumpAddonLog(t, e, addons.GPUMetricsName) })
 	start := time.Now()
 	mc := e.Client()
@@ -73,6 +78,20 @@ func TestGPUMetricsHPAOnKwokNodes(t *testing.T) {
 		}
 	}
 	if _, err := cs.AppsV1().Deployments("default").Create(ctx, inferDeployment("0.3"), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// A VPA in recommendation-only mode beside the HPA (which owns the
+	// replica count): it must show recommendations by the end.
+	dyn := dynamic.NewForConfigOrDie(e.TenantConfig("demo"))
+	vpa := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "autoscaling.k8s.io/v1", "kind": "VerticalPodAutoscaler",
+		"metadata": map[string]any{"name": "infer"},
+		"spec": map[string]any{
+			"targetRef":    map[string]any{"apiVersion": "apps/v1", "kind": "Deployment", "name": "infer"},
+			"updatePolicy": map[string]any{"updateMode": "Off"},
+		},
+	}}
+	if _, err := dyn.Resource(vpaGVR).Namespace("default").Create(ctx, vpa, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	start = time.Now()
@@ -136,6 +155,19 @@ func TestGPUMetricsHPAOnKwokNodes(t *testing.T) {
 	})
 	t.Logf("FIGURE load 4.5 -> 0.3 GPUs: GPU pool back to 1 node: %s (scale-down unneeded time 20s)", time.Since(start).Round(10*time.Millisecond))
 
+	testenv.Eventually(t, 2*time.Minute, "the VPA's recommendation", func() error {
+		got, err := dyn.Resource(vpaGVR).Namespace("default").Get(ctx, "infer", metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if recs, _, _ := unstructured.NestedSlice(got.Object, "status", "recommendation", "containerRecommendations"); len(recs) == 0 {
+			return fmt.Errorf("no recommendation yet")
+		}
+		return nil
+	})
+	if out, err := kubectl(t, e, "top", "pods", "-l", "app=infer"); err != nil || !strings.Contains(out, "infer-") {
+		t.Errorf("kubectl top pods: %v\n%s", err, out)
+	}
 	t.Run("an HPA on a metric the adapter does not serve says what is served", func(t *testing.T) {
 		if _, err := cs.AppsV1().Deployments("default").Create(ctx, renamed(inferDeployment("1"), "other"), metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
