@@ -6,7 +6,10 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"os"
+	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -34,7 +37,7 @@ func TestAPIServerAdvertisesNodeAddress(t *testing.T) {
 		t.Skip("runs a control plane")
 	}
 	const nodeAddr = "172.29.0.1"
-	rt, spec, cfg := startPlane(t, "adv", "v1.37.2", nodeAddr)
+	rt, spec, cfg := startPlane(t, testenv.BinDir(t), "adv", "v1.37.2", nodeAddr)
 	free := []int{spec.Ports.APIServer}
 	ctx := context.Background()
 
@@ -72,9 +75,8 @@ func TestAPIServerAdvertisesNodeAddress(t *testing.T) {
 // startPlane runs a control plane of Kubernetes version for cluster
 // default/name until the test ends, waits until it is ready and returns
 // its runtime, spec and an admin client configuration.
-func startPlane(t *testing.T, name, version, nodeAddr string) (*local.Runtime, controlplane.Spec, *rest.Config) {
+func startPlane(t *testing.T, bin, name, version, nodeAddr string) (*local.Runtime, controlplane.Spec, *rest.Config) {
 	t.Helper()
-	bin := testenv.BinDir(t)
 	ips, err := controlplane.APIServerIPs("10.96.0.0/16", nodeAddr)
 	if err != nil {
 		t.Fatal(err)
@@ -128,7 +130,7 @@ func TestUpgradeWithoutGap(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs a control plane")
 	}
-	rt, spec, cfg := startPlane(t, "up", versions.Previous, "")
+	rt, spec, cfg := startPlane(t, testenv.BinDir(t), "up", versions.Previous, "")
 	ctx := context.Background()
 	cs := kubernetes.NewForConfigOrDie(cfg)
 	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "kept"}, Data: map[string]string{"k": "v"}}
@@ -176,5 +178,65 @@ func TestUpgradeWithoutGap(t *testing.T) {
 	// Upgrading again is a no-op.
 	if err := rt.Upgrade(ctx, target, controlplane.APIServer); err != nil {
 		t.Errorf("second upgrade: %v", err)
+	}
+}
+
+// TestUpgradeStepFailure: a new version whose kube-apiserver or
+// kube-controller-manager exits at start is given up within seconds; the
+// cluster keeps serving at the version it ran, and every component runs
+// that version again.
+func TestUpgradeStepFailure(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs a control plane")
+	}
+	// The real binaries, and a "v1.99.0" whose components exit at once.
+	bin := t.TempDir()
+	real := testenv.BinDir(t)
+	for _, b := range []string{binaries.Etcd, binaries.KubeAPIServer, binaries.KubeControllerManager, binaries.KubeScheduler} {
+		if err := os.Symlink(filepath.Join(real, b), filepath.Join(bin, b)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const broken = "v1.99.0"
+	if err := os.MkdirAll(filepath.Join(bin, broken), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, b := range []string{binaries.KubeAPIServer, binaries.KubeControllerManager} {
+		if err := os.WriteFile(filepath.Join(bin, broken, b), []byte("#!/bin/sh\necho broken build >&2\nexit 3\n"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rt, spec, cfg := startPlane(t, bin, "fail", versions.Default, "")
+	ctx := context.Background()
+	probe, err := testenv.ProbeAPI(cfg, "/api/v1/namespaces/default", 100*time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	target := spec
+	target.Version = broken
+	for _, c := range []string{controlplane.APIServer, controlplane.ControllerManager} {
+		start := time.Now()
+		err := rt.Upgrade(ctx, target, c)
+		t.Logf("upgrading %s to a broken build: %v (%s)", c, err, time.Since(start).Round(10*time.Millisecond))
+		if err == nil || !strings.Contains(err.Error(), "did not become ready") || !strings.Contains(err.Error(), "broken build") {
+			t.Errorf("upgrading %s: %v, want a failure quoting its log", c, err)
+		}
+		if time.Since(start) > time.Minute {
+			t.Errorf("giving up on %s took %s", c, time.Since(start))
+		}
+	}
+	wctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	if err := rt.WaitReady(wctx, spec.Key); err != nil {
+		t.Fatal(err)
+	}
+	gap, summary := probe.Stop()
+	if gap > time.Second {
+		t.Errorf("the API went unanswered for %s while the upgrade failed (%s)", gap, summary)
+	}
+	for _, c := range rt.Status(spec.Key).Components {
+		if c.Name != controlplane.Etcd && c.Version != versions.Default {
+			t.Errorf("%s runs %q after the failed step, want %s", c.Name, c.Version, versions.Default)
+		}
 	}
 }

@@ -16,8 +16,36 @@ import (
 	"fke.dev/fke/internal/supervisor"
 )
 
-// upgradeReadyTimeout bounds how long a new component may take to be ready.
-const upgradeReadyTimeout = 2 * time.Minute
+// upgradeReadyTimeout bounds how long a new component may take to be ready,
+// and upgradeMaxExits how often it may exit before: a new version that
+// crashes at start is given up in seconds, not minutes.
+const (
+	upgradeReadyTimeout = 2 * time.Minute
+	upgradeMaxExits     = 2
+)
+
+// waitNew waits until p, a component just started at a new version, is
+// ready; it gives up when p has exited upgradeMaxExits times.
+func waitNew(ctx context.Context, p *supervisor.Process) error {
+	ctx, cancel := context.WithTimeout(ctx, upgradeReadyTimeout)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- p.WaitReady(ctx) }()
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case err := <-done:
+			return err
+		case <-tick.C:
+			if n := p.Restarts(); n >= upgradeMaxExits {
+				cancel()
+				<-done
+				return fmt.Errorf("it exited %d times without becoming ready", n)
+			}
+		}
+	}
+}
 
 // Upgrade implements controlplane.Runtime.
 //
@@ -69,9 +97,7 @@ func (r *Runtime) replaceAPIServer(ctx context.Context, spec controlplane.Spec, 
 	if err != nil {
 		return fmt.Errorf("starting kube-apiserver %s of %s: %w", spec.Version, spec.Key, err)
 	}
-	wctx, cancel := context.WithTimeout(ctx, upgradeReadyTimeout)
-	defer cancel()
-	if err := p.WaitReady(wctx); err != nil {
+	if err := waitNew(ctx, p); err != nil {
 		stopErr := r.group.Stop(context.WithoutCancel(ctx), next.name)
 		return fmt.Errorf("kube-apiserver %s of %s did not become ready (%w); %s keeps serving%s",
 			spec.Version, spec.Key, err, cur.version, logHint(l.log(controlplane.APIServer), stopErr))
@@ -112,9 +138,7 @@ func (r *Runtime) restartAt(ctx context.Context, spec controlplane.Spec, l layou
 	}
 	p, err := start(spec.Version, path)
 	if err == nil {
-		wctx, cancel := context.WithTimeout(ctx, upgradeReadyTimeout)
-		err = p.WaitReady(wctx)
-		cancel()
+		err = waitNew(ctx, p)
 	}
 	if err == nil {
 		r.log.Info("upgraded control-plane component", "cluster", spec.Key, "component", component, "from", cur.version, "to", spec.Version)
