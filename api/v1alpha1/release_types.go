@@ -130,6 +130,14 @@ type ReleaseStage struct {
 	// +optional
 	Soak metav1.Duration `json:"soak,omitempty"`
 
+	// Path, when set, is rendered for this stage instead of source.path
+	// (the stage's own overlay, such as overlays/prod): the same commit is
+	// promoted, each stage renders its own directory of it.
+	// +kubebuilder:validation:MaxLength=1024
+	// +kubebuilder:validation:XValidation:rule="!self.startsWith('/') && !self.contains('..')",message="path is relative to the repository root and may not contain '..'"
+	// +optional
+	Path string `json:"path,omitempty"`
+
 	// RequireApproval holds a revision until it is approved for this stage
 	// (fke release approve NAME --stage STAGE).
 	// +optional

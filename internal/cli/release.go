@@ -31,7 +31,7 @@ func newReleaseCmd(g *globals) *cobra.Command {
 	return cmd
 }
 
-// parseStage reads --stage NAME=TARGETS[,soak=D][,approval]: TARGETS are
+// parseStage reads --stage NAME=TARGETS[,soak=D][,approval][,path=DIR]: TARGETS are
 // cluster names joined by '+', or selector:KEY=VALUE[&KEY=VALUE...].
 func parseStage(s string) (fkev1.ReleaseStage, error) {
 	name, rest, ok := strings.Cut(s, "=")
@@ -60,8 +60,10 @@ func parseStage(s string) (fkev1.ReleaseStage, error) {
 			st.Soak = metav1.Duration{Duration: d}
 		case "approval":
 			st.RequireApproval = true
+		case "path":
+			st.Path = v
 		default:
-			return st, fmt.Errorf("--stage %s: unknown option %q (soak=D, approval)", name, p)
+			return st, fmt.Errorf("--stage %s: unknown option %q (soak=D, approval, path=DIR)", name, p)
 		}
 	}
 	return st, nil
@@ -129,7 +131,7 @@ func newReleaseCreateCmd(g *globals) *cobra.Command {
 	f.StringVar(&rel.Spec.Source.Revision, "revision", "", "branch, tag or commit (default main)")
 	f.StringVar(&rel.Spec.Source.Path, "path", "", "path in the repository: manifests, a kustomization or a Helm chart (default .)")
 	f.StringVar(&secret, "secret", "", "Secret with the repository's credentials (token [username] for https; identity, known_hosts for ssh)")
-	f.StringArrayVar(&stages, "stage", nil, "a stage, in promotion order: NAME=CLUSTER[+CLUSTER...][,soak=D][,approval] or NAME=selector:KEY=VALUE")
+	f.StringArrayVar(&stages, "stage", nil, "a stage, in promotion order: NAME=CLUSTER[+CLUSTER...][,soak=D][,approval][,path=DIR] or NAME=selector:KEY=VALUE[&...][,...]")
 	f.StringArrayVar(&valuesFile, "values", nil, "Helm values file in the repository (repeatable)")
 	f.StringVar(&values, "values-inline", "", "Helm values as YAML")
 	f.StringArrayVar(&rel.Spec.Source.Set, "set", nil, "Helm --set expression (repeatable)")

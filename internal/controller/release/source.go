@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -39,7 +40,12 @@ func (r *Reconciler) fetch(ctx context.Context, rel *fkev1.Release, now time.Tim
 	if err == nil {
 		rel.Status.LastAttemptedRevision = commit.Hash
 		if commit.Hash != rel.Status.Revision {
-			_, err = r.render(ctx, rel, commit.Hash)
+			// Every stage's path must render before the commit is taken.
+			for _, path := range stagePaths(rel) {
+				if _, err = r.render(ctx, rel, commit.Hash, path); err != nil {
+					break
+				}
+			}
 		}
 	}
 	var se *sourceError
@@ -128,9 +134,32 @@ func classify(err error) error {
 	return err
 }
 
-// render exports commit and renders spec.source.path there with the
-// Release's values.
-func (r *Reconciler) render(ctx context.Context, rel *fkev1.Release, commit string) (*deploy.Rendered, error) {
+// stagePaths returns the distinct paths the stages render.
+func stagePaths(rel *fkev1.Release) []string {
+	var out []string
+	for _, s := range rel.Spec.Stages {
+		if p := stagePath(rel, s.Name); !slices.Contains(out, p) {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// stagePath is the path stage renders: its own, else source.path, else ".".
+func stagePath(rel *fkev1.Release, stage string) string {
+	for _, s := range rel.Spec.Stages {
+		if s.Name == stage && s.Path != "" {
+			return s.Path
+		}
+	}
+	if rel.Spec.Source.Path != "" {
+		return rel.Spec.Source.Path
+	}
+	return "."
+}
+
+// render exports commit and renders path there with the Release's values.
+func (r *Reconciler) render(ctx context.Context, rel *fkev1.Release, commit, path string) (*deploy.Rendered, error) {
 	repo, err := r.repo(ctx, rel)
 	if err != nil {
 		return nil, err
@@ -145,10 +174,6 @@ func (r *Reconciler) render(ctx context.Context, rel *fkev1.Release, commit stri
 		return nil, classify(err)
 	}
 	src := rel.Spec.Source
-	path := src.Path
-	if path == "" {
-		path = "."
-	}
 	full := filepath.Join(root, filepath.FromSlash(path))
 	if _, err := os.Stat(full); err != nil {
 		return nil, &sourceError{fkev1.ReasonPathNotFound, fmt.Errorf("path %s does not exist in revision %s", path, promotion.Short(commit))}

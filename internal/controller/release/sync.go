@@ -213,7 +213,8 @@ func lagging(st *fkev1.ReleaseStageStatus, clusters []fkev1.Cluster) bool {
 // to its last healthy revision and promotion stops there.
 func (r *Reconciler) syncStage(ctx context.Context, rel *fkev1.Release, st *fkev1.ReleaseStageStatus, clusters []fkev1.Cluster, rev string) {
 	start := r.now()
-	rendered, err := r.render(ctx, rel, rev)
+	path := stagePath(rel, st.Name)
+	rendered, err := r.render(ctx, rel, rev, path)
 	if err != nil {
 		st.FailedRevision = rev
 		msg := fmt.Sprintf("stage %s: %v", st.Name, err)
@@ -234,7 +235,7 @@ func (r *Reconciler) syncStage(ctx context.Context, rel *fkev1.Release, st *fkev
 			continue
 		}
 		attempted[t.Cluster] = true
-		if err := r.apply(ctx, rel, cl, t, rendered, rev); err != nil {
+		if err := r.apply(ctx, rel, cl, t, rendered, rev, path); err != nil {
 			failures = append(failures, fmt.Sprintf("cluster %s: %v", t.Cluster, err))
 		}
 	}
@@ -257,12 +258,12 @@ func (r *Reconciler) syncStage(ctx context.Context, rel *fkev1.Release, st *fkev
 		r.event(rel, true, fkev1.ReasonSyncFailed, "%s", msg)
 		return
 	}
-	back, err := r.render(ctx, rel, to)
+	back, err := r.render(ctx, rel, to, path)
 	if err == nil {
 		for i := range st.Targets {
 			t := &st.Targets[i]
 			if attempted[t.Cluster] {
-				if aerr := r.apply(ctx, rel, clusterNamed(clusters, t.Cluster), t, back, to); aerr != nil {
+				if aerr := r.apply(ctx, rel, clusterNamed(clusters, t.Cluster), t, back, to, path); aerr != nil {
 					err = fmt.Errorf("cluster %s: %w", t.Cluster, aerr)
 				}
 			}
@@ -278,7 +279,7 @@ func (r *Reconciler) syncStage(ctx context.Context, rel *fkev1.Release, st *fkev
 }
 
 // apply deploys rendered (commit rev) to cl and records the outcome in t.
-func (r *Reconciler) apply(ctx context.Context, rel *fkev1.Release, cl fkev1.Cluster, t *fkev1.ReleaseTargetStatus, rendered *deploy.Rendered, rev string) error {
+func (r *Reconciler) apply(ctx context.Context, rel *fkev1.Release, cl fkev1.Cluster, t *fkev1.ReleaseTargetStatus, rendered *deploy.Rendered, rev, path string) error {
 	dc, err := r.connect(ctx, cl)
 	if err != nil {
 		t.Health, t.Message = healthUnknown, err.Error()
@@ -289,7 +290,7 @@ func (r *Reconciler) apply(ctx context.Context, rel *fkev1.Release, cl fkev1.Clu
 	out, err := d.Deploy(ctx, deploy.Request{
 		Options:  deploy.Options{Release: rel.Name, Namespace: rel.Spec.Namespace, Prune: true, Wait: true, Timeout: timeout(rel)},
 		Rendered: rendered,
-		Source:   fmt.Sprintf("%s@%s:%s", src.URL, promotion.Short(rev), src.Path),
+		Source:   fmt.Sprintf("%s@%s:%s", src.URL, promotion.Short(rev), path),
 	})
 	if err != nil {
 		t.Health, t.Message = healthFailed, clip(err.Error())
