@@ -1,6 +1,8 @@
 package v1alpha1
 
 import (
+	"time"
+
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
@@ -31,14 +33,14 @@ type ReleaseSpec struct {
 	// +kubebuilder:default="1m"
 	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('1s')",message="interval must be at least 1s, such as 30s or 5m"
 	// +optional
-	Interval metav1.Duration `json:"interval,omitempty"`
+	Interval *metav1.Duration `json:"interval,omitempty"`
 
 	// Timeout is how long a sync waits for every object of a target to be
 	// Current before the stage counts as failed and rolls back.
 	// +kubebuilder:default="5m"
 	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('1s')",message="timeout must be at least 1s, such as 2m"
 	// +optional
-	Timeout metav1.Duration `json:"timeout,omitempty"`
+	Timeout *metav1.Duration `json:"timeout,omitempty"`
 
 	// Suspend stops fetching and applying (fke release suspend); the targets
 	// keep what they run.
@@ -128,7 +130,7 @@ type ReleaseStage struct {
 	// stage).
 	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('0s')",message="soak may not be negative"
 	// +optional
-	Soak metav1.Duration `json:"soak,omitempty"`
+	Soak *metav1.Duration `json:"soak,omitempty"`
 
 	// Path, when set, is rendered for this stage instead of source.path
 	// (the stage's own overlay, such as overlays/prod): the same commit is
@@ -304,3 +306,34 @@ const (
 	// stage (fke release approve NAME --stage STAGE).
 	AnnotationApprovePrefix = "approve.fke.dev/"
 )
+
+// DefaultReleaseInterval and DefaultReleaseTimeout apply when a Release
+// leaves them unset.
+const (
+	DefaultReleaseInterval = time.Minute
+	DefaultReleaseTimeout  = 5 * time.Minute
+)
+
+// PollInterval is how often the Release's source is polled.
+func (r *Release) PollInterval() time.Duration {
+	if r.Spec.Interval != nil && r.Spec.Interval.Duration > 0 {
+		return r.Spec.Interval.Duration
+	}
+	return DefaultReleaseInterval
+}
+
+// SyncTimeout is how long a sync waits for its objects to be Current.
+func (r *Release) SyncTimeout() time.Duration {
+	if r.Spec.Timeout != nil && r.Spec.Timeout.Duration > 0 {
+		return r.Spec.Timeout.Duration
+	}
+	return DefaultReleaseTimeout
+}
+
+// SoakTime is how long the stage before s must be healthy with a revision.
+func (s ReleaseStage) SoakTime() time.Duration {
+	if s.Soak == nil {
+		return 0
+	}
+	return s.Soak.Duration
+}

@@ -57,7 +57,7 @@ func parseStage(s string) (fkev1.ReleaseStage, error) {
 			if err != nil {
 				return st, fmt.Errorf("--stage %s: soak %q: %w", name, v, err)
 			}
-			st.Soak = metav1.Duration{Duration: d}
+			st.Soak = &metav1.Duration{Duration: d}
 		case "approval":
 			st.RequireApproval = true
 		case "path":
@@ -110,10 +110,10 @@ func newReleaseCreateCmd(g *globals) *cobra.Command {
 				rel.Spec.Source.Values = &apiextensionsv1.JSON{Raw: js}
 			}
 			if interval > 0 {
-				rel.Spec.Interval = metav1.Duration{Duration: interval}
+				rel.Spec.Interval = &metav1.Duration{Duration: interval}
 			}
 			if timeout > 0 {
-				rel.Spec.Timeout = metav1.Duration{Duration: timeout}
+				rel.Spec.Timeout = &metav1.Duration{Duration: timeout}
 			}
 			c, err := g.client()
 			if err != nil {
@@ -241,7 +241,7 @@ func describeRelease(ctx context.Context, c client.Client, rel *fkev1.Release, o
 	fmt.Fprintf(tw, "Name:\t%s\n", rel.Name)
 	fmt.Fprintf(tw, "Source:\t%s, revision %s, path %s\n", s.URL, s.Revision, s.Path)
 	fmt.Fprintf(tw, "Revision:\t%s (last fetched %s; newest seen %s)\n", orDash(rel.Status.Revision), ageOrDash(rel.Status.LastFetched), orDash(promotion.Short(rel.Status.LastAttemptedRevision)))
-	fmt.Fprintf(tw, "Interval:\t%s (poll); timeout %s\n", rel.Spec.Interval.Duration, rel.Spec.Timeout.Duration)
+	fmt.Fprintf(tw, "Interval:\t%s (poll); timeout %s\n", rel.PollInterval(), rel.SyncTimeout())
 	fmt.Fprintf(tw, "Suspended:\t%v\n", rel.Spec.Suspend)
 	fmt.Fprintf(tw, "Drift:\t%s\n", map[bool]string{true: "corrected", false: "reported"}[rel.Spec.CorrectDrift])
 	if err := tw.Flush(); err != nil {
@@ -255,7 +255,7 @@ func describeRelease(ctx context.Context, c client.Client, rel *fkev1.Release, o
 		if i < len(rel.Spec.Stages) {
 			spec = rel.Spec.Stages[i]
 		}
-		fmt.Fprintf(tw, "  %s\t%s\t%v\t%s\t%v\t%s\t%s\t%s\n", st.Name, orDash(promotion.Short(st.Revision)), st.Healthy, spec.Soak.Duration,
+		fmt.Fprintf(tw, "  %s\t%s\t%v\t%s\t%v\t%s\t%s\t%s\n", st.Name, orDash(promotion.Short(st.Revision)), st.Healthy, spec.SoakTime(),
 			spec.RequireApproval, orDash(promotion.Short(st.FailedRevision)), orDash(promotion.Short(st.Pending)), orDash(st.Waiting))
 	}
 	if err := tw.Flush(); err != nil {

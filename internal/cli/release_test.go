@@ -39,7 +39,7 @@ func TestParseStage(t *testing.T) {
 			slices.Sort(parts)
 			sel = strings.Join(parts, ",")
 		}
-		got := strings.Join([]string{st.Name, "[" + strings.Join(st.Clusters, " ") + "]", sel, st.Soak.Duration.String(), map[bool]string{true: "true", false: "false"}[st.RequireApproval], st.Path}, " ")
+		got := strings.Join([]string{st.Name, "[" + strings.Join(st.Clusters, " ") + "]", sel, st.SoakTime().String(), map[bool]string{true: "true", false: "false"}[st.RequireApproval], st.Path}, " ")
 		if got != tc.want {
 			t.Errorf("parseStage(%q) = %q, want %q", tc.in, got, tc.want)
 		}

@@ -110,10 +110,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.
 	}
 	setCondition(rel, fkev1.ConditionSuspended, metav1.ConditionFalse, fkev1.ReasonProgressing, "")
 
-	interval := rel.Spec.Interval.Duration
-	if interval <= 0 {
-		interval = time.Minute
-	}
+	interval := rel.PollInterval()
 	requested := rel.Annotations[fkev1.AnnotationSyncRequested]
 	due := rel.Status.LastFetched == nil || now.Sub(rel.Status.LastFetched.Time) >= interval ||
 		requested != rel.Status.SyncRequest || rel.Status.ObservedGeneration != rel.Generation
@@ -165,7 +162,7 @@ func promotionInput(rel *fkev1.Release, now time.Time) promotion.Input {
 	for i, s := range rel.Spec.Stages {
 		st := rel.Status.Stages[i]
 		ps := promotion.Stage{
-			Name: s.Name, Soak: s.Soak.Duration, RequireApproval: s.RequireApproval,
+			Name: s.Name, Soak: s.SoakTime(), RequireApproval: s.RequireApproval,
 			Approved: rel.Annotations[fkev1.AnnotationApprovePrefix+s.Name],
 			Revision: st.Revision, Healthy: st.Healthy, HealthyRevision: st.HealthyRevision, FailedRevision: st.FailedRevision,
 		}

@@ -179,12 +179,7 @@ func deployedObjects(ctx context.Context, dc *deploy.Cluster, release string) ([
 	return store.Objects(ctx, release, best)
 }
 
-func timeout(rel *fkev1.Release) time.Duration {
-	if d := rel.Spec.Timeout.Duration; d > 0 {
-		return d
-	}
-	return 5 * time.Minute
-}
+func timeout(rel *fkev1.Release) time.Duration { return rel.SyncTimeout() }
 
 func clip(s string) string {
 	if len(s) > 1000 {
