@@ -7,7 +7,7 @@
 # reason.
 set -euo pipefail
 overlay=${1:?usage: deploy.sh OVERLAY (overlays/dev or overlays/prod)}
-: "${KUBECONFIG_DATA:?set KUBECONFIG_DATA to the target cluster's kubeconfig}"
+: "${KUBECONFIG_DATA:?set KUBECONFIG_DATA to the kubeconfig of the target cluster}"
 kubeconfig=$(mktemp)
 trap 'rm -f "$kubeconfig"' EXIT
 printf '%s\n' "$KUBECONFIG_DATA" >"$kubeconfig"
