@@ -6,9 +6,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
+	"net/url"
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"text/tabwriter"
 	"time"
 
@@ -144,7 +147,8 @@ default: the base name of PATH) in the cluster: see them with
 
 --dry-run changes nothing: the server checks every object, each one's diff is
 printed, and (with --cluster) the nodes the autoscaled pools would add for
-the new pods and what they cost per hour.`,
+the new pods or no longer need, and the change in price per hour, as the
+node autoscaler's own decisions find them.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if path == "" {
@@ -162,7 +166,9 @@ the new pods and what they cost per hour.`,
 			if ns == "" {
 				ns = "default"
 			}
-			rendered, err := deploy.Render(deploy.Source{Path: path, ValuesFiles: values, Set: set, ReleaseName: name, Namespace: ns})
+			// Rendering comes before any connection, so that bad input is
+			// refused first: charts see the version fke runs by default.
+			rendered, err := deploy.Render(deploy.Source{Path: path, ValuesFiles: values, Set: set, ReleaseName: name, Namespace: ns, KubeVersion: cluster.SupportedVersion})
 			if err != nil {
 				return fmt.Errorf("%w; nothing was applied", err)
 			}
@@ -188,6 +194,9 @@ the new pods and what they cost per hour.`,
 			})
 			if dryRun && out != nil && out.Result != nil {
 				return p.dryRun(ctx, &t, dc, out.Result, err)
+			}
+			if dryRun && err != nil {
+				return unreachable(err)
 			}
 			return p.outcome(name, out, err)
 		},
@@ -224,7 +233,20 @@ func (p *printer) progress(pr deploy.Progress) {
 	fmt.Fprintln(p.out, line)
 }
 
+// unreachable words an error of a tenant API server that does not answer.
+func unreachable(err error) error {
+	var uerr *url.Error
+	var nerr *net.OpError
+	if errors.As(err, &uerr) || errors.As(err, &nerr) || errors.Is(err, syscall.ECONNREFUSED) {
+		return fmt.Errorf("the cluster's API server does not answer: %w; nothing was applied", err)
+	}
+	return err
+}
+
 func (p *printer) outcome(release string, out *deploy.Outcome, err error) error {
+	if out == nil && err != nil {
+		err = unreachable(err)
+	}
 	if p.json {
 		doc := map[string]any{"release": release, "ready": err == nil}
 		if out != nil {
@@ -255,8 +277,8 @@ func (p *printer) outcome(release string, out *deploy.Outcome, err error) error 
 func (p *printer) dryRun(ctx context.Context, t *target, dc *deploy.Cluster, res *deploy.Result, applyErr error) error {
 	var changes []capacity.Change
 	for _, o := range res.Objects {
-		if o.Planned != nil && (o.Action == "created" || o.Action == "changed") {
-			changes = append(changes, capacity.Change{Object: o.Planned, Existing: o.Action == "changed"})
+		if o.Planned != nil && (o.Action == "created" || o.Action == "changed" || o.Action == "pruned") {
+			changes = append(changes, capacity.Change{Object: o.Planned, Existing: o.Action == "changed", Removed: o.Action == "pruned"})
 		}
 	}
 	var est *capacity.Estimate
@@ -310,6 +332,10 @@ func printEstimate(out io.Writer, est *capacity.Estimate) {
 			fmt.Fprintf(tw, "  %s\t%s\t%d\t+%d\t%s\t+%s\n", g.Pool, g.InstanceType, g.From, g.Add, capacity.FormatPrice(g.PricePerHour), capacity.FormatPrice(g.CostPerHour))
 		}
 		tw.Flush()
+	}
+	for _, f := range est.Free {
+		fmt.Fprintf(out, "capacity: pool %s (%s) would no longer need %d node(s), -%s per hour, once unneeded for %s: %s\n",
+			f.Pool, f.InstanceType, len(f.Nodes), capacity.FormatPrice(f.SavingPerHour), f.After, strings.Join(f.Nodes, ", "))
 	}
 	fmt.Fprintf(out, "capacity: price change %+.2f per hour\n", est.CostPerHour)
 	for _, r := range est.NoRoom {
@@ -375,7 +401,7 @@ have. Without --to: the newest healthy revision before the latest one.`,
 			}
 			release, err := pickRelease(ctx, deploy.Store{Client: dc.Client}, name)
 			if err != nil {
-				return err
+				return unreachable(err)
 			}
 			p := &printer{out: g.out, json: output == "json"}
 			d := &deploy.Deployer{Cluster: dc}
@@ -413,7 +439,7 @@ func newReleasesCmd(g *globals) *cobra.Command {
 			}
 			revs, err := deploy.Store{Client: dc.Client}.List(ctx, name)
 			if err != nil {
-				return err
+				return unreachable(err)
 			}
 			slices.SortFunc(revs, func(a, b deploy.Revision) int {
 				if c := strings.Compare(a.Release, b.Release); c != 0 {
@@ -438,7 +464,11 @@ func newReleasesCmd(g *globals) *cobra.Command {
 				if len(digest) > 12 {
 					digest = digest[:12]
 				}
-				fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%d\t%s\t%s\t%s\t%s\n", r.Release, r.Number, r.Status, ageOf(r.Applied), r.Objects, orDash(string(r.Kind)), orDash(digest), orDash(r.Source), orDash(r.Message))
+				msg := r.Message
+				if len(msg) > 100 {
+					msg = msg[:97] + "..." // -o yaml shows it whole
+				}
+				fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%d\t%s\t%s\t%s\t%s\n", r.Release, r.Number, r.Status, ageOf(r.Applied), r.Objects, orDash(string(r.Kind)), orDash(digest), orDash(r.Source), orDash(msg))
 			}
 			return tw.Flush()
 		},

@@ -56,7 +56,9 @@ type Options struct {
 // Progress is one step of an apply, as a CLI prints it.
 type Progress struct {
 	Object string `json:"object"`
-	// Action is applied, pruned, ready, failed, waiting or problem.
+	// Action is applied (unchanged, changed or created in a dry run),
+	// pruned, ready, failed, skipped, problem (something that delays it,
+	// said once) or rollback.
 	Action  string `json:"action"`
 	Message string `json:"message,omitempty"`
 }
@@ -64,8 +66,8 @@ type Progress struct {
 // ObjectResult is what happened to one object.
 type ObjectResult struct {
 	Object string `json:"object"`
-	// Action is applied, unchanged (dry run), created (dry run), pruned,
-	// failed or skipped.
+	// Action is applied (unchanged, changed or created in a dry run),
+	// pruned, kept (not pruned), failed or skipped.
 	Action string `json:"action"`
 	// Status is the object's kstatus (Current, InProgress, Failed, ...)
 	// when it was waited for.
@@ -73,7 +75,8 @@ type ObjectResult struct {
 	Problems []string `json:"problems,omitempty"`
 	Diff     string   `json:"diff,omitempty"`
 	Error    string   `json:"error,omitempty"`
-	// Planned is the object as the dry run returned it (dry run only).
+	// Planned is the object as the dry run returned it, or the object a
+	// dry run would prune (dry run only).
 	Planned *unstructured.Unstructured `json:"-"`
 }
 

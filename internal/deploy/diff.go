@@ -83,6 +83,7 @@ func newParent(err error, objs []*unstructured.Unstructured) bool {
 			return true
 		}
 		if object.IsCRD(o) {
+			// A CRD without these fields matches nothing: "" is enough.
 			group, _, _ := unstructured.NestedString(o.Object, "spec", "group")
 			kind, _, _ := unstructured.NestedString(o.Object, "spec", "names", "kind")
 			if kind != "" && strings.Contains(msg, "no matches for kind \""+kind+"\"") && strings.Contains(msg, group) {

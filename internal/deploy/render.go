@@ -46,6 +46,10 @@ type Source struct {
 	// ReleaseName and Namespace are the chart's .Release.Name and
 	// .Release.Namespace.
 	ReleaseName, Namespace string
+	// KubeVersion is the chart's .Capabilities.KubeVersion (and what a
+	// chart's kubeVersion constraint is checked against); "" means Helm's
+	// default.
+	KubeVersion string
 }
 
 // Rendered is a rendered source.
@@ -214,7 +218,18 @@ func renderChart(src Source) ([]*unstructured.Unstructured, error) {
 	if name == "" {
 		name = ch.Name()
 	}
-	rv, err := chartutil.ToRenderValues(ch, vals, chartutil.ReleaseOptions{Name: name, Namespace: src.Namespace, Revision: 1, IsInstall: true}, chartutil.DefaultCapabilities)
+	caps := chartutil.DefaultCapabilities.Copy()
+	if src.KubeVersion != "" {
+		kv, err := chartutil.ParseKubeVersion(src.KubeVersion)
+		if err != nil {
+			return nil, fmt.Errorf("kubernetes version %q: %w", src.KubeVersion, err)
+		}
+		caps.KubeVersion = *kv
+		if want := ch.Metadata.KubeVersion; want != "" && !chartutil.IsCompatibleRange(want, kv.String()) {
+			return nil, fmt.Errorf("chart %s requires kubeVersion %s, which is incompatible with Kubernetes %s", src.Path, want, kv)
+		}
+	}
+	rv, err := chartutil.ToRenderValues(ch, vals, chartutil.ReleaseOptions{Name: name, Namespace: src.Namespace, Revision: 1, IsInstall: true}, caps)
 	if err != nil {
 		return nil, fmt.Errorf("chart %s: values: %w", src.Path, err)
 	}

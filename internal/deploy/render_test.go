@@ -105,14 +105,15 @@ func TestRender(t *testing.T) {
 					t.Errorf("labels %v, want env=dev", r.Objects[0].GetLabels())
 				}
 			}},
-		{name: "chart with its defaults", src: Source{Path: "testdata/chart", ReleaseName: "shop"}, kind: SourceHelm, want: "Deployment/shop",
+		{name: "chart with its defaults", src: Source{Path: "testdata/chart", ReleaseName: "shop", KubeVersion: "v1.37.2"}, kind: SourceHelm, want: "Deployment/shop",
 			check: func(t *testing.T, r *Rendered) { wantReplicas(t, r, 1, "registry.local/web:1") }},
-		{name: "chart with values and --set", src: Source{Path: "testdata/chart", ReleaseName: "shop", ValuesFiles: []string{vals}, Set: []string{"replicas=5"}}, kind: SourceHelm, want: "Deployment/shop",
+		{name: "chart with values and --set", src: Source{Path: "testdata/chart", ReleaseName: "shop", ValuesFiles: []string{vals}, Set: []string{"replicas=5"}, KubeVersion: "v1.37.2"}, kind: SourceHelm, want: "Deployment/shop",
 			check: func(t *testing.T, r *Rendered) { wantReplicas(t, r, 5, "registry.local/web:2") }},
+		{name: "chart whose kubeVersion the cluster does not meet", src: Source{Path: "testdata/chart", KubeVersion: "v1.29.0"}, wantErr: "incompatible with Kubernetes v1.29.0"},
 		{name: "missing path", src: Source{Path: "testdata/nothing"}, wantErr: "source testdata/nothing does not exist"},
 		{name: "chart that does not render", src: Source{Path: "testdata/badchart"}, wantErr: "chart testdata/badchart does not render"},
 		{name: "values on manifests", src: Source{Path: "testdata/manifests", Set: []string{"a=b"}}, wantErr: "--values and --set apply to Helm charts"},
-		{name: "bad --set", src: Source{Path: "testdata/chart", Set: []string{"a"}}, wantErr: "--set a:"},
+		{name: "bad --set", src: Source{Path: "testdata/chart", Set: []string{"a"}, KubeVersion: "v1.37.2"}, wantErr: "--set a:"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -149,15 +150,15 @@ func wantReplicas(t *testing.T, r *Rendered, n int64, image string) {
 }
 
 func TestDigestFollowsInputs(t *testing.T) {
-	a, err := Render(Source{Path: "testdata/chart"})
+	a, err := Render(Source{Path: "testdata/chart", KubeVersion: "v1.37.2"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := Render(Source{Path: "testdata/chart"})
+	b, err := Render(Source{Path: "testdata/chart", KubeVersion: "v1.37.2"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := Render(Source{Path: "testdata/chart", Set: []string{"replicas=2"}})
+	c, err := Render(Source{Path: "testdata/chart", Set: []string{"replicas=2"}, KubeVersion: "v1.37.2"})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -138,6 +138,9 @@ func (r *run) pruned(e event.PruneEvent) {
 	switch e.Status {
 	case event.PruneSuccessful:
 		res.Action = "pruned"
+		if r.opts.DryRun {
+			res.Planned = e.Object
+		}
 		r.progress(Progress{Object: res.Object, Action: "pruned"})
 	case event.PruneFailed:
 		res.Action, res.Error = "failed", "pruning: "+applyErrorMessage(e.Error)

@@ -289,6 +289,23 @@ spec:
 		}
 	})
 
+	t.Run("dry run of a smaller app shows the nodes it frees", func(t *testing.T) {
+		// 10 pods × 1 GPU run on the 2 GPU nodes; v1 has 2 CPU-only pods.
+		out := e.MustRun("deploy", "-f", v1, "--cluster", "apps", "--name", "shop", "--prune", "--dry-run")
+		for _, want := range []string{
+			"pruned    ConfigMap shop/extra",
+			"capacity: pool gpu (gpu-h100x8) would no longer need 2 node(s)",
+			"dry run: nothing was changed",
+		} {
+			if !strings.Contains(out, want) {
+				t.Fatalf("want %q in:\n%s", want, out)
+			}
+		}
+		if _, ok := configMapData(t, cs, "shop", "extra"); !ok {
+			t.Fatal("a dry run with --prune deleted ConfigMap extra")
+		}
+	})
+
 	t.Run("rollback by command", func(t *testing.T) {
 		out := e.MustRun("rollback", "--cluster", "apps", "--name", "shop", "--to", "1", "--timeout", "60s")
 		if !strings.Contains(out, "release shop revision 6: every object is ready") || !strings.Contains(out, "pruned    ConfigMap shop/extra") {

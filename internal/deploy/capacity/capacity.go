@@ -38,6 +38,22 @@ type Change struct {
 	// Existing is true when the object exists now (it changes rather than
 	// appears): its current pods go away as the new ones come.
 	Existing bool
+	// Removed is true when the deploy deletes the object (--prune): its
+	// pods go and none come.
+	Removed bool
+}
+
+// PoolShrink is one autoscaled pool whose nodes the change leaves unneeded.
+type PoolShrink struct {
+	Pool         string   `json:"pool"`
+	InstanceType string   `json:"instanceType"`
+	Nodes        []string `json:"nodes"`
+	PricePerHour float64  `json:"pricePerHour"`
+	// SavingPerHour is len(Nodes) × PricePerHour.
+	SavingPerHour float64 `json:"savingPerHour"`
+	// After is how long the nodes must stay unneeded before the node
+	// autoscaler removes them.
+	After time.Duration `json:"after"`
 }
 
 // PoolGrowth is one autoscaled pool that would grow.
@@ -59,7 +75,11 @@ type Estimate struct {
 	// FitNow is how many of them fit on nodes that exist or are coming.
 	FitNow int          `json:"fitNow"`
 	Grow   []PoolGrowth `json:"grow,omitempty"`
-	// CostPerHour is the change in price per hour of all the pools.
+	// Free lists the nodes that become unneeded once the change is done
+	// (old pods gone, new ones placed) and were not before.
+	Free []PoolShrink `json:"free,omitempty"`
+	// CostPerHour is the change in price per hour of all the pools: what
+	// Grow adds less what Free saves.
 	CostPerHour float64 `json:"costPerHour"`
 	// NoRoom lists pods no pool can take, with the autoscaler's reason.
 	NoRoom []string `json:"noRoom,omitempty"`
@@ -72,6 +92,9 @@ type Estimate struct {
 func PodsFor(changes []Change) ([]*corev1.Pod, error) {
 	var out []*corev1.Pod
 	for _, c := range changes {
+		if c.Removed {
+			continue
+		}
 		tmpl, n, err := podTemplate(c.Object)
 		if err != nil {
 			return nil, fmt.Errorf("%s %s: %w", c.Object.GetKind(), c.Object.GetName(), err)
@@ -83,6 +106,7 @@ func PodsFor(changes []Change) ([]*corev1.Pod, error) {
 			p.Namespace = c.Object.GetNamespace()
 			p.Name = fmt.Sprintf("%s-preview-%d", c.Object.GetName(), i)
 			p.UID = types.UID("preview-" + p.Namespace + "-" + c.Object.GetKind() + "-" + p.Name)
+			p.OwnerReferences = ownerOf(c.Object)
 			p.Status = corev1.PodStatus{Phase: corev1.PodPending, Conditions: []corev1.PodCondition{{
 				Type: corev1.PodScheduled, Status: corev1.ConditionFalse, Reason: corev1.PodReasonUnschedulable,
 			}}}
@@ -127,6 +151,21 @@ func podTemplate(u *unstructured.Unstructured) (tmpl corev1.PodTemplateSpec, n i
 	return tmpl, 0, nil
 }
 
+// ownerOf is the controller a workload's pods have (a Deployment's pods
+// belong to its ReplicaSet): pods with one can be moved by a scale-down,
+// bare pods cannot.
+func ownerOf(u *unstructured.Unstructured) []metav1.OwnerReference {
+	kind, apiVersion := u.GetKind(), u.GetAPIVersion()
+	switch u.GroupVersionKind().GroupKind().String() {
+	case "Deployment.apps":
+		kind = "ReplicaSet"
+	case "Pod":
+		return nil
+	}
+	yes := true
+	return []metav1.OwnerReference{{APIVersion: apiVersion, Kind: kind, Name: u.GetName(), UID: types.UID("preview-" + u.GetName()), Controller: &yes}}
+}
+
 func replicas(r *int32) int {
 	if r == nil {
 		return 1
@@ -143,7 +182,7 @@ func Without(pods []*corev1.Pod, changes []Change) []*corev1.Pod {
 	}
 	var sels []sel
 	for _, c := range changes {
-		if !c.Existing {
+		if !c.Existing && !c.Removed {
 			continue
 		}
 		m, found, err := unstructured.NestedMap(c.Object.Object, "spec", "selector")
@@ -168,9 +207,11 @@ func Without(pods []*corev1.Pod, changes []Change) []*corev1.Pod {
 	})
 }
 
-// Preview runs the autoscaler's scale-up decision for pending on snap and
-// pools and prices its plan (pure).
-func Preview(snap decide.Snapshot, pools []decide.Pool, types map[string]string, e decide.Expander, pending []*corev1.Pod, now time.Time) Estimate {
+// Preview runs the autoscaler's scale-up decision for pending on snap (the
+// cluster without the pods the change replaces or removes) and pools, and
+// its scale-down decision on base (the cluster as it is) and on snap with
+// the pending pods placed, and prices the difference (pure).
+func Preview(base, snap decide.Snapshot, pools []decide.Pool, types map[string]string, e decide.Expander, pending []*corev1.Pod, now time.Time) Estimate {
 	snap.Pending = pending
 	plan := decide.ScaleUp(snap, pools, e, now)
 	est := Estimate{Pods: len(pending), FitNow: len(plan.Schedulable)}
@@ -189,6 +230,10 @@ func Preview(snap decide.Snapshot, pools []decide.Pool, types map[string]string,
 	}
 	sort.Slice(est.Grow, func(i, j int) bool { return est.Grow[i].Pool < est.Grow[j].Pool })
 	est.NoRoom = noRoom(plan.NotTriggerScaleUp)
+	est.Free = freed(base, snap, plan, pools, types, now)
+	for _, f := range est.Free {
+		est.CostPerHour -= f.SavingPerHour
+	}
 	return est
 }
 
@@ -245,17 +290,65 @@ func Gather(ctx context.Context, mgmt client.Client, cl *fkev1.Cluster, tenant k
 		return Estimate{}, err
 	}
 	dpools, _ := autoscaler.BuildPools(pools, types, machines, nil, nil)
-	snap := autoscaler.BuildSnapshot(nodes, autoscaler.GroupPods(Without(pods, changes)), machines,
-		decide.Limits{MaxNodes: int(cl.Spec.Autoscaling.MaxNodes), MaxGPUs: int(cl.Spec.Autoscaling.MaxGPUs)})
+	limits := decide.Limits{MaxNodes: int(cl.Spec.Autoscaling.MaxNodes), MaxGPUs: int(cl.Spec.Autoscaling.MaxGPUs)}
+	base := autoscaler.BuildSnapshot(nodes, autoscaler.GroupPods(pods), machines, limits)
+	snap := autoscaler.BuildSnapshot(nodes, autoscaler.GroupPods(Without(pods, changes)), machines, limits)
 	typeOf := map[string]string{}
 	for _, np := range pools {
 		typeOf[np.PoolName()] = np.Spec.InstanceType
 	}
-	return Preview(snap, dpools, typeOf, decide.Expander{Name: decide.ExpanderName(cl.Spec.Autoscaling.Expander)}, pending, now), nil
+	return Preview(base, snap, dpools, typeOf, decide.Expander{Name: decide.ExpanderName(cl.Spec.Autoscaling.Expander)}, pending, now), nil
 }
 
 // FormatPrice writes a price per hour as the catalog does.
 func FormatPrice(p float64) string { return strconv.FormatFloat(p, 'f', 2, 64) }
+
+// freed returns, per pool, the nodes unneeded after the change that were
+// not before: the scale-down decision on the cluster as it is and on the
+// cluster once the change is done (old pods gone, new pods where the
+// scale-up decision placed them). No node is removed in the plan until it
+// has been unneeded for its pool's time; the nodes are reported with it.
+func freed(base, after decide.Snapshot, plan decide.ScaleUpPlan, pools []decide.Pool, types map[string]string, now time.Time) []PoolShrink {
+	if len(plan.Increases) > 0 {
+		return nil // the autoscaler does not scale down while it grows
+	}
+	before := decide.ScaleDown(base, pools, nil, now).UnneededSince
+	after.Pending = nil
+	done := decide.ScaleDown(autoscaler.WithPlacements(after, plan.Schedulable), pools, nil, now).UnneededSince
+	byPool := map[string]*PoolShrink{}
+	var out []PoolShrink
+	for _, ni := range after.Nodes {
+		name := ni.Node.Name
+		if _, unneeded := done[name]; !unneeded {
+			continue
+		}
+		if _, was := before[name]; was {
+			continue
+		}
+		for _, p := range pools {
+			if p.Name != ni.Pool {
+				continue
+			}
+			ps := byPool[p.Name]
+			if ps == nil {
+				wait := p.ScaleDownUnneededTime
+				if wait == 0 {
+					wait = decide.DefaultScaleDownUnneededTime
+				}
+				ps = &PoolShrink{Pool: p.Name, InstanceType: types[p.Name], PricePerHour: p.PricePerHour, After: wait}
+				byPool[p.Name] = ps
+			}
+			ps.Nodes = append(ps.Nodes, name)
+			ps.SavingPerHour += p.PricePerHour
+		}
+	}
+	for _, ps := range byPool {
+		slices.Sort(ps.Nodes)
+		out = append(out, *ps)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Pool < out[j].Pool })
+	return out
+}
 
 // noRoom words each distinct reason once, with the first pod and how many
 // more share it.

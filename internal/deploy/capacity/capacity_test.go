@@ -2,6 +2,7 @@ package capacity
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -83,20 +84,29 @@ func TestPreview(t *testing.T) {
 	gpuPool := decide.Pool{Name: "gpu", Template: gpuTemplate, MinSize: 0, MaxSize: 4, PricePerHour: 24.5}
 	cpuPool := decide.Pool{Name: "cpu", Template: node("template-cpu", "cpu", 4, 0), MinSize: 0, MaxSize: 2, PricePerHour: 0.2}
 	types := map[string]string{"gpu": "gpu-h100x8", "cpu": "cpu-medium"}
-	oldWeb := func(i int) *corev1.Pod {
-		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("web-old-%d", i), Namespace: "default", Labels: map[string]string{"app": "web"}},
-			Spec: corev1.PodSpec{NodeName: "gpu-1", Containers: []corev1.Container{{Name: "c", Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{
+	yes := true
+	oldWeb := func(node string, i int) *corev1.Pod {
+		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("web-old-%s-%d", node, i), Namespace: "default", Labels: map[string]string{"app": "web"},
+			OwnerReferences: []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: "web-1", UID: "rs", Controller: &yes}}},
+			Spec: corev1.PodSpec{NodeName: node, Containers: []corev1.Container{{Name: "c", Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{
 				corev1.ResourceCPU: resource.MustParse("1"), "nvidia.com/gpu": resource.MustParse("1"),
 			}}}}}}
 		return p
 	}
-	var full []*corev1.Pod
+	var full, two []*corev1.Pod
 	for i := range 8 {
-		full = append(full, oldWeb(i))
+		full = append(full, oldWeb("gpu-1", i))
+		two = append(two, oldWeb("gpu-1", i), oldWeb("gpu-2", i))
 	}
+	gpuNode := func(name string) decide.NodeInfo {
+		return decide.NodeInfo{Node: node(name, "gpu", 64, 8), Pool: "gpu", Ready: true}
+	}
+	gpuPool2 := gpuPool
+	gpuPool2.Current = 2
 	tests := []struct {
 		name    string
 		nodes   []decide.NodeInfo
+		pools   []decide.Pool
 		changes []Change
 		bound   []*corev1.Pod
 		want    string
@@ -113,17 +123,33 @@ func TestPreview(t *testing.T) {
 		},
 		{
 			name:    "a changed deployment replaces its own pods: no growth",
-			nodes:   []decide.NodeInfo{{Node: node("gpu-1", "gpu", 64, 8), Pool: "gpu", Ready: true}},
+			nodes:   []decide.NodeInfo{gpuNode("gpu-1")},
 			bound:   full,
 			changes: []Change{{Object: deployment("web", 8, "1"), Existing: true}},
 			want:    "pods=8 fit=8 total=0.00",
 		},
 		{
 			name:    "a new deployment beside a full node grows the pool",
-			nodes:   []decide.NodeInfo{{Node: node("gpu-1", "gpu", 64, 8), Pool: "gpu", Ready: true}},
+			nodes:   []decide.NodeInfo{gpuNode("gpu-1")},
 			bound:   full,
 			changes: []Change{{Object: deployment("other", 2, "1")}},
 			want:    "pods=2 fit=0 gpu:+1@24.50=24.50 total=24.50",
+		},
+		{
+			name:    "a deployment shrinking from 16 to 4 GPU pods frees one of two GPU nodes",
+			nodes:   []decide.NodeInfo{gpuNode("gpu-1"), gpuNode("gpu-2")},
+			pools:   []decide.Pool{gpuPool2, cpuPool},
+			bound:   two,
+			changes: []Change{{Object: deployment("web", 4, "1"), Existing: true}},
+			want:    "pods=4 fit=4 gpu:-[gpu-2]@24.50 after 10m0s total=-24.50",
+		},
+		{
+			name:    "a pruned deployment frees its nodes",
+			nodes:   []decide.NodeInfo{gpuNode("gpu-1"), gpuNode("gpu-2")},
+			pools:   []decide.Pool{gpuPool2, cpuPool},
+			bound:   two,
+			changes: []Change{{Object: deployment("web", 16, "1"), Removed: true}},
+			want:    "pods=0 fit=0 gpu:-[gpu-1 gpu-2]@24.50 after 10m0s total=-49.00",
 		},
 		{
 			name:    "more than the pools can hold",
@@ -137,19 +163,28 @@ func TestPreview(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			nodes := tt.nodes
-			bound := Without(tt.bound, tt.changes)
-			for i := range nodes {
-				for _, p := range bound {
-					if p.Spec.NodeName == nodes[i].Node.Name {
-						nodes[i].Pods = append(nodes[i].Pods, p)
+			place := func(pods []*corev1.Pod) decide.Snapshot {
+				nodes := slices.Clone(tt.nodes)
+				for i := range nodes {
+					for _, p := range pods {
+						if p.Spec.NodeName == nodes[i].Node.Name {
+							nodes[i].Pods = append(nodes[i].Pods, p)
+						}
 					}
 				}
+				return decide.Snapshot{Nodes: nodes}
 			}
-			est := Preview(decide.Snapshot{Nodes: nodes}, []decide.Pool{gpuPool, cpuPool}, types, decide.Expander{}, pending, now)
+			pools := tt.pools
+			if pools == nil {
+				pools = []decide.Pool{gpuPool, cpuPool}
+			}
+			est := Preview(place(tt.bound), place(Without(tt.bound, tt.changes)), pools, types, decide.Expander{}, pending, now)
 			got := fmt.Sprintf("pods=%d fit=%d", est.Pods, est.FitNow)
 			for _, g := range est.Grow {
 				got += fmt.Sprintf(" %s:+%d@%s=%s", g.Pool, g.Add, FormatPrice(g.PricePerHour), FormatPrice(g.CostPerHour))
+			}
+			for _, f := range est.Free {
+				got += fmt.Sprintf(" %s:-%v@%s after %s", f.Pool, f.Nodes, FormatPrice(f.PricePerHour), f.After)
 			}
 			got += " total=" + FormatPrice(est.CostPerHour)
 			if len(est.NoRoom) > 0 {
