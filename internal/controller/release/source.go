@@ -15,6 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	fkev1 "fke.dev/fke/api/v1alpha1"
+	clustercontroller "fke.dev/fke/internal/controller/cluster"
 	"fke.dev/fke/internal/deploy"
 	"fke.dev/fke/internal/gitsource"
 	"fke.dev/fke/internal/promotion"
@@ -178,7 +179,8 @@ func (r *Reconciler) render(ctx context.Context, rel *fkev1.Release, commit, pat
 	if _, err := os.Stat(full); err != nil {
 		return nil, &sourceError{fkev1.ReasonPathNotFound, fmt.Errorf("path %s does not exist in revision %s", path, promotion.Short(commit))}
 	}
-	in := deploy.Source{Path: full, Set: src.Set, ReleaseName: rel.Name, Namespace: rel.Spec.Namespace}
+	// Charts see the Kubernetes version fke runs, as with fke deploy.
+	in := deploy.Source{Path: full, Set: src.Set, ReleaseName: rel.Name, Namespace: rel.Spec.Namespace, KubeVersion: clustercontroller.SupportedVersion}
 	for _, f := range src.ValuesFiles {
 		in.ValuesFiles = append(in.ValuesFiles, filepath.Join(root, filepath.FromSlash(f)))
 	}
