@@ -78,7 +78,8 @@ type ReleaseSource struct {
 
 	// SecretRef names a Secret in the Release's namespace with the
 	// credentials: key "token" (and optionally "username") for https, key
-	// "identity" (a private key) and "known_hosts" for ssh.
+	// "identity" (a private key) and "known_hosts" for ssh; "ca.crt" (PEM)
+	// for an https server whose certificate a private CA signed.
 	// +optional
 	SecretRef *LocalObjectReference `json:"secretRef,omitempty"`
 

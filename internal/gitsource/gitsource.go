@@ -57,6 +57,9 @@ type Credentials struct {
 	// Identity is an ssh private key (PEM) and KnownHosts the host keys
 	// it may talk to (known_hosts format); both are needed for ssh.
 	Identity, KnownHosts []byte
+	// CABundle, when set, are the PEM certificates an https server's
+	// certificate must chain to (a private git server); else the system's.
+	CABundle []byte
 }
 
 // Typed errors; errors.Is tells them apart.
@@ -97,6 +100,7 @@ func (r Repo) Fetch(ctx context.Context) error {
 		RemoteName: "origin",
 		RefSpecs:   []config.RefSpec{"+refs/heads/*:refs/remotes/origin/*", "+refs/tags/*:refs/tags/*"},
 		Auth:       auth,
+		CABundle:   r.Creds.CABundle,
 		Force:      true,
 		Prune:      true,
 	})

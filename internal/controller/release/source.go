@@ -96,7 +96,7 @@ func (r *Reconciler) repo(ctx context.Context, rel *fkev1.Release) (gitsource.Re
 	}
 	repo.Creds = gitsource.Credentials{
 		Username: string(sec.Data["username"]), Token: string(sec.Data["token"]),
-		Identity: sec.Data["identity"], KnownHosts: sec.Data["known_hosts"],
+		Identity: sec.Data["identity"], KnownHosts: sec.Data["known_hosts"], CABundle: sec.Data["ca.crt"],
 	}
 	return repo, nil
 }
