@@ -196,6 +196,12 @@ type ReleaseStageStatus struct {
 	// tried again and never promoted.
 	// +optional
 	FailedRevision string `json:"failedRevision,omitempty"`
+	// Config is a digest of the render inputs (path, values, set, target
+	// namespace) the stage was last synced with: when the Release's spec
+	// changes them, the stage's revision is applied again with the new
+	// inputs, and a revision that failed with the old ones may be tried.
+	// +optional
+	Config string `json:"config,omitempty"`
 	// Pending is the revision this stage would get next and Waiting why it
 	// has not yet (soak, approval, suspended).
 	// +optional

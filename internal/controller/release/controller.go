@@ -126,6 +126,13 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.
 	}
 	alignStages(rel, targets)
 	for i := range rel.Status.Stages {
+		st := &rel.Status.Stages[i]
+		if cfg := stageConfig(rel, st.Name); st.Config != "" && st.Config != cfg {
+			// New render inputs: what failed with the old ones may work.
+			st.FailedRevision = ""
+		}
+	}
+	for i := range rel.Status.Stages {
 		r.observe(ctx, rel, &rel.Status.Stages[i], targets[rel.Status.Stages[i].Name], now)
 	}
 	decisions := promotion.Decide(promotionInput(rel, now))
@@ -136,7 +143,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.
 		if d.After > 0 && d.After < next {
 			next = d.After
 		}
-		if d.Revision != st.Revision || lagging(st, targets[st.Name]) {
+		if d.Revision != st.Revision || lagging(st, targets[st.Name], stageConfig(rel, st.Name)) {
 			log.Info("syncing stage", "stage", st.Name, "revision", d.Revision)
 			r.syncStage(ctx, rel, st, targets[st.Name], d.Revision)
 			summarize(rel)

@@ -2,6 +2,9 @@ package release
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -11,6 +14,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -40,8 +44,9 @@ func (r *Reconciler) fetch(ctx context.Context, rel *fkev1.Release, now time.Tim
 	commit, err := r.resolve(ctx, rel)
 	if err == nil {
 		rel.Status.LastAttemptedRevision = commit.Hash
-		if commit.Hash != rel.Status.Revision {
-			// Every stage's path must render before the commit is taken.
+		if commit.Hash != rel.Status.Revision || rel.Status.ObservedGeneration != rel.Generation {
+			// Every stage's path must render before the commit (or a
+			// change of the render inputs) is taken.
 			for _, path := range stagePaths(rel) {
 				if _, err = r.render(ctx, rel, commit.Hash, path); err != nil {
 					break
@@ -199,4 +204,22 @@ func (r *Reconciler) render(ctx context.Context, rel *fkev1.Release, commit, pat
 		return nil, &sourceError{fkev1.ReasonRenderFailed, fmt.Errorf("revision %s does not render: %s", promotion.Short(commit), msg)}
 	}
 	return out, nil
+}
+
+// stageConfig is a digest of what stage renders besides the commit: the
+// path, the values and the namespace.
+func stageConfig(rel *fkev1.Release, stage string) string {
+	src := rel.Spec.Source
+	in := struct {
+		Path, Namespace string
+		Values          *apiextensionsv1.JSON
+		ValuesFiles     []string
+		Set             []string
+	}{stagePath(rel, stage), rel.Spec.Namespace, src.Values, src.ValuesFiles, src.Set}
+	data, err := json.Marshal(in)
+	if err != nil {
+		return ""
+	}
+	sum := sha256.Sum256(data)
+	return hex.EncodeToString(sum[:6])
 }

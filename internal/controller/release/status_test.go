@@ -90,3 +90,33 @@ func TestSummarize(t *testing.T) {
 		t.Errorf("Ready %s: %s", ready.Status, ready.Message)
 	}
 }
+
+func TestLagging(t *testing.T) {
+	ready := fkev1.Cluster{ObjectMeta: metav1.ObjectMeta{Name: "dev", UID: "u"}, Status: fkev1.ClusterStatus{Conditions: []metav1.Condition{{Type: fkev1.ConditionControlPlaneReady, Status: metav1.ConditionTrue}}}}
+	down := fkev1.Cluster{ObjectMeta: metav1.ObjectMeta{Name: "new", UID: "v"}}
+	rel := testRelease()
+	cfg := stageConfig(rel, "dev")
+	cases := []struct {
+		name     string
+		st       fkev1.ReleaseStageStatus
+		clusters []fkev1.Cluster
+		want     bool
+	}{
+		{"in step", fkev1.ReleaseStageStatus{Revision: "a1", Config: cfg, Targets: []fkev1.ReleaseTargetStatus{{Cluster: "dev", Revision: "a1"}}}, []fkev1.Cluster{ready}, false},
+		{"a new ready cluster", fkev1.ReleaseStageStatus{Revision: "a1", Config: cfg, Targets: []fkev1.ReleaseTargetStatus{{Cluster: "dev"}}}, []fkev1.Cluster{ready}, true},
+		{"a new cluster not ready yet", fkev1.ReleaseStageStatus{Revision: "a1", Config: cfg, Targets: []fkev1.ReleaseTargetStatus{{Cluster: "new"}}}, []fkev1.Cluster{down}, false},
+		{"new render inputs", fkev1.ReleaseStageStatus{Revision: "a1", Config: "old", Targets: []fkev1.ReleaseTargetStatus{{Cluster: "dev", Revision: "a1"}}}, []fkev1.Cluster{ready}, true},
+		{"the revision failed here", fkev1.ReleaseStageStatus{Revision: "a1", FailedRevision: "a1", Config: "old", Targets: []fkev1.ReleaseTargetStatus{{Cluster: "dev"}}}, []fkev1.Cluster{ready}, false},
+		{"nothing yet", fkev1.ReleaseStageStatus{Targets: []fkev1.ReleaseTargetStatus{{Cluster: "dev"}}}, []fkev1.Cluster{ready}, false},
+	}
+	for _, tc := range cases {
+		if got := lagging(&tc.st, tc.clusters, cfg); got != tc.want {
+			t.Errorf("%s: lagging = %v, want %v", tc.name, got, tc.want)
+		}
+	}
+	other := testRelease()
+	other.Spec.Source.Set = []string{"replicas=3"}
+	if stageConfig(other, "dev") == cfg || stageConfig(testRelease(), "dev") != cfg {
+		t.Error("stageConfig does not follow the render inputs")
+	}
+}

@@ -188,12 +188,16 @@ func clip(s string) string {
 	return s
 }
 
-// lagging reports whether a reachable target of st does not run the
-// stage's revision yet (a cluster new to the stage), unless that revision
-// failed here.
-func lagging(st *fkev1.ReleaseStageStatus, clusters []fkev1.Cluster) bool {
+// lagging reports whether st must be synced again at its own revision: its
+// render inputs changed (config), or a reachable target does not run the
+// revision yet (a cluster new to the stage); not when that revision failed
+// here.
+func lagging(st *fkev1.ReleaseStageStatus, clusters []fkev1.Cluster, config string) bool {
 	if st.Revision == "" || st.Revision == st.FailedRevision {
 		return false
+	}
+	if st.Config != "" && st.Config != config {
+		return true
 	}
 	for _, t := range st.Targets {
 		if ok, _ := reachable(clusterNamed(clusters, t.Cluster)); ok && t.Revision != st.Revision {
@@ -208,6 +212,9 @@ func lagging(st *fkev1.ReleaseStageStatus, clusters []fkev1.Cluster) bool {
 // to its last healthy revision and promotion stops there.
 func (r *Reconciler) syncStage(ctx context.Context, rel *fkev1.Release, st *fkev1.ReleaseStageStatus, clusters []fkev1.Cluster, rev string) {
 	start := r.now()
+	config := stageConfig(rel, st.Name)
+	configChanged := st.Config != config
+	st.Config = config
 	path := stagePath(rel, st.Name)
 	rendered, err := r.render(ctx, rel, rev, path)
 	if err != nil {
@@ -221,7 +228,7 @@ func (r *Reconciler) syncStage(ctx context.Context, rel *fkev1.Release, st *fkev
 	attempted := map[string]bool{}
 	for i := range st.Targets {
 		t := &st.Targets[i]
-		if t.Revision == rev && t.Health == healthCurrent {
+		if t.Revision == rev && t.Health == healthCurrent && !configChanged {
 			continue
 		}
 		cl := clusterNamed(clusters, t.Cluster)
@@ -249,6 +256,9 @@ func (r *Reconciler) syncStage(ctx context.Context, rel *fkev1.Release, st *fkev
 	if !ok {
 		st.Revision = rev
 		msg := fmt.Sprintf("stage %s: revision %s did not become healthy and there is no healthy revision to go back to: %s", st.Name, promotion.Short(rev), why)
+		if configChanged && rev == st.HealthyRevision {
+			msg = fmt.Sprintf("stage %s: revision %s did not become healthy with the Release's new path or values: %s", st.Name, promotion.Short(rev), why)
+		}
 		setCondition(rel, fkev1.ConditionPromoting, metav1.ConditionFalse, fkev1.ReasonSyncFailed, msg)
 		r.event(rel, true, fkev1.ReasonSyncFailed, "%s", msg)
 		return
