@@ -146,6 +146,12 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.
 		if d.Revision != st.Revision || lagging(st, targets[st.Name], stageConfig(rel, st.Name)) {
 			log.Info("syncing stage", "stage", st.Name, "revision", d.Revision)
 			r.syncStage(ctx, rel, st, targets[st.Name], d.Revision)
+			// The stages after it wait on its outcome: say for what.
+			for j, later := range promotion.Decide(promotionInput(rel, r.now())) {
+				if j > i {
+					rel.Status.Stages[j].Pending, rel.Status.Stages[j].Waiting = later.Pending, later.Waiting
+				}
+			}
 			summarize(rel)
 			// The next stage is decided again with this one's outcome.
 			return ctrl.Result{RequeueAfter: time.Millisecond}, nil
