@@ -104,8 +104,9 @@ func condition(rel *fkev1.Release, typ string) metav1.Condition {
 // new commit, promotes to prod only after dev has been healthy for the
 // soak time, rolls a broken commit back in dev and never lets it reach
 // prod, reports drift and corrects it when asked, waits for an approval,
-// suspends and resumes; and bad sources leave everything as it was with a
-// condition naming the problem.
+// suspends and resumes, applies a stage's revision again when its path
+// changes; and bad sources leave everything as it was with a condition
+// naming the problem.
 func TestRelease(t *testing.T) {
 	e := testenv.Up(t)
 	for _, name := range []string{"dev", "prod"} {
@@ -202,6 +203,7 @@ func TestRelease(t *testing.T) {
 			t.Fatalf("prod ConfigMap mode %q, want v2", got)
 		}
 		out := e.MustRun("release", "get", "shop")
+		t.Logf("fke release get shop:\n%s", out)
 		for _, want := range []string{"RolledBack", "FAILED", c3[:12]} {
 			if !strings.Contains(out, want) {
 				t.Errorf("want %q in fke release get:\n%s", want, out)
@@ -278,6 +280,30 @@ func TestRelease(t *testing.T) {
 		}
 	})
 
+	t.Run("a new path for a stage applies its revision again", func(t *testing.T) {
+		files := releaseApp("v5", false)
+		alt := releaseApp("v5-alt", false)
+		files["alt/app.yaml"] = alt["app/app.yaml"]
+		c5 := repo.Commit(t, "v5 with an alternative", files)
+		e.MustRun("release", "sync", "shop", "--wait")
+		testenv.Eventually(t, 60*time.Second, "dev runs v5", func() error { return stageRuns(getRelease(t, c, "shop"), "dev", c5) })
+		rel := getRelease(t, c, "shop")
+		patch := client.MergeFrom(rel.DeepCopy())
+		rel.Spec.Stages[0].Path = "alt"
+		if err := c.Patch(context.Background(), rel, patch); err != nil {
+			t.Fatal(err)
+		}
+		testenv.Eventually(t, 60*time.Second, "dev renders alt", func() error {
+			if got := modeIn(t, dev); got != "v5-alt" {
+				return fmt.Errorf("mode %q", got)
+			}
+			return stageRuns(getRelease(t, c, "shop"), "dev", c5)
+		})
+		if got := modeIn(t, prod); got != "v4" {
+			t.Errorf("prod mode %q, want v4 (v5 waits for approval there)", got)
+		}
+	})
+
 	t.Run("bad sources: a condition names the problem and nothing moves", func(t *testing.T) {
 		good := getRelease(t, c, "shop").Status.Revision
 		repo.Commit(t, "invalid YAML", map[string]string{"app/app.yaml": "kind: ConfigMap\n  metadata: [\n"})
@@ -289,8 +315,8 @@ func TestRelease(t *testing.T) {
 		if rel.Status.Revision != good || stageOf(rel, "dev").Revision != good {
 			t.Errorf("revision moved to %.12s (dev %.12s), want %.12s", rel.Status.Revision, stageOf(rel, "dev").Revision, good)
 		}
-		if got := modeIn(t, dev); got != "v4" {
-			t.Errorf("dev mode %q after an invalid commit, want v4", got)
+		if got := modeIn(t, dev); got != "v5-alt" {
+			t.Errorf("dev mode %q after an invalid commit, want v5-alt", got)
 		}
 
 		chart := repo.Commit(t, "a chart that does not render", map[string]string{
