@@ -300,7 +300,7 @@ const (
 	ReasonDriftCorrected        = "DriftCorrected"
 	ReasonNoDrift               = "NoDrift"
 	ReasonSuspended             = "Suspended"
-	ReasonProgressing           = "Progressing"
+	ReasonActive                = "Active"
 	ReasonUnhealthy             = "Unhealthy"
 )
 

@@ -108,7 +108,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.
 		setCondition(rel, fkev1.ConditionReady, metav1.ConditionFalse, fkev1.ReasonSuspended, "suspended")
 		return ctrl.Result{}, nil
 	}
-	setCondition(rel, fkev1.ConditionSuspended, metav1.ConditionFalse, fkev1.ReasonProgressing, "")
+	setCondition(rel, fkev1.ConditionSuspended, metav1.ConditionFalse, fkev1.ReasonActive, "")
 
 	interval := rel.PollInterval()
 	requested := rel.Annotations[fkev1.AnnotationSyncRequested]

@@ -181,7 +181,10 @@ func deployedObjects(ctx context.Context, dc *deploy.Cluster, release string) ([
 
 func timeout(rel *fkev1.Release) time.Duration { return rel.SyncTimeout() }
 
+// clip makes s one line (deploy's errors list objects one per line) of at
+// most 1000 bytes, for a status field or condition.
 func clip(s string) string {
+	s = strings.Join(strings.Fields(s), " ")
 	if len(s) > 1000 {
 		return s[:1000] + "…"
 	}
