@@ -57,7 +57,7 @@ func NewRoot() *cobra.Command {
 		newUpCmd(g), newDownCmd(g), newStatusCmd(g),
 		newClusterCmd(g), newKubeconfigCmd(g), newNodePoolCmd(g), newInstanceTypesCmd(g), newVersionsCmd(g),
 		newImageCmd(g), newDaemonCmd(g), newManagerCmd(g), newDoctorCmd(g), newNodeCmd(g),
-		newDeployCmd(g), newRollbackCmd(g), newReleasesCmd(g),
+		newDeployCmd(g), newRollbackCmd(g), newReleasesCmd(g), newReleaseCmd(g),
 	)
 	return root
 }

@@ -33,6 +33,7 @@ import (
 	"fke.dev/fke/internal/controller/cluster"
 	"fke.dev/fke/internal/controller/machine"
 	"fke.dev/fke/internal/controller/nodepool"
+	releasecontroller "fke.dev/fke/internal/controller/release"
 	"fke.dev/fke/internal/controlplane/local"
 	"fke.dev/fke/internal/hostnet"
 	"fke.dev/fke/internal/nodejoin"
@@ -192,6 +193,14 @@ func Run(ctx context.Context, opts Options) error {
 		return fmt.Errorf("setting up provisioning request controller: %w", err)
 	}
 
+	releases := &releasecontroller.Reconciler{
+		Client: mgr.GetClient(), Clusters: tenantConfigs{tenants}, Recorder: mgr.GetEventRecorder("fke-release"),
+		CacheDir: filepath.Join(opts.DataDir, "releases"),
+	}
+	if err := releases.SetupWithManager(mgr); err != nil {
+		return fmt.Errorf("setting up release controller: %w", err)
+	}
+
 	approvers := &bootstrap.Approvers{Log: log.With("component", "serving-approver")}
 	defer approvers.StopAll()
 	if err := (&cluster.Reconciler{
@@ -335,3 +344,16 @@ func ServerVersion(ctx context.Context, endpoint string, kubeconfig []byte) (str
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// tenantConfigs gives the release controller the tenants' rest configs.
+type tenantConfigs struct{ tenants *tenant.Registry }
+
+var _ releasecontroller.Connector = tenantConfigs{}
+
+func (t tenantConfigs) Config(ctx context.Context, key string) (*rest.Config, error) {
+	tn, err := t.tenants.Get(ctx, key)
+	if err != nil {
+		return nil, err
+	}
+	return tn.Config, nil
+}
