@@ -191,4 +191,25 @@ func TestClusterUpgrade(t *testing.T) {
 	if n != 20 {
 		t.Errorf("%d of 20 ConfigMaps after the upgrade", n)
 	}
+
+	t.Run("automatic upgrades start only inside the maintenance window", func(t *testing.T) {
+		now := time.Now().UTC()
+		open := now.Add(-10*time.Minute).Format("15:04") + "/1h"
+		closed := now.Add(6*time.Hour).Format("15:04") + "/1h"
+		e.MustRun("cluster", "create", "auto", "--version", old, "--auto-upgrade", "minor", "--maintenance", open)
+		e.MustRun("cluster", "create", "later", "--version", old, "--auto-upgrade", "minor", "--maintenance", closed, "--wait")
+		testenv.Eventually(t, 3*time.Minute, "cluster auto upgraded inside its window", func() error {
+			cl := e.Cluster("auto")
+			if up := cl.Status.Upgrade; cl.Spec.Version != cur || up == nil || up.To != cur || up.CompletionTime == nil {
+				return fmt.Errorf("spec.version %s, upgrade %+v", cl.Spec.Version, cl.Status.Upgrade)
+			}
+			return nil
+		})
+		if get := e.MustRun("cluster", "get", "auto"); !strings.Contains(get, "AutoUpgrade") {
+			t.Errorf("no AutoUpgrade event in fke cluster get:\n%s", get)
+		}
+		if cl := e.Cluster("later"); cl.Spec.Version != old || cl.Status.Upgrade != nil {
+			t.Errorf("cluster later, whose window opens in 6 h, moved: spec.version %s, upgrade %+v", cl.Spec.Version, cl.Status.Upgrade)
+		}
+	})
 }
