@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
-# The fke demo: a tenant cluster with a GPU node pool that scales from zero
-# when GPU pods arrive and back to zero when they leave.
+# The fke demo: a tenant cluster with a CPU pool and a GPU pool at zero; a
+# model-serving app deployed by a Release from a local git repository; GPU
+# nodes appearing for it; a load step that the HPA (on GPU utilization)
+# and the node autoscaler follow out and back; and, where this host runs
+# local nodes, a real node from zero for a 2-GPU pod.
 # Run through `make demo` (which builds fke and the upstream binaries first).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -9,6 +12,7 @@ export PATH="$bin:$PATH"
 data=${FKE_HOME:-$HOME/.fke}
 kc=$(mktemp -d)/demo.kubeconfig
 
+command -v git >/dev/null || { echo "the demo keeps its app in a local git repository: install git" >&2; exit 1; }
 command -v kubectl >/dev/null || { echo "the demo drives the tenant cluster with kubectl: install it (apt-get install kubectl, or any v1.30+ client)" >&2; exit 1; }
 step() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
 k() { kubectl --kubeconfig "$kc" "$@"; }
@@ -16,51 +20,73 @@ k() { kubectl --kubeconfig "$kc" "$@"; }
 step "Start the local management plane"
 fke --data-dir "$data" up
 
-step "Create cluster 'demo' with a GPU pool (H100 x8, autoscaled 0..4) and a CPU pool"
+step "Create cluster 'demo': a CPU pool and a GPU pool (L4 x1, autoscaled 0..8)"
 fke --data-dir "$data" cluster delete demo --wait >/dev/null 2>&1 || true
+fke --data-dir "$data" release delete model-serving >/dev/null 2>&1 || true
 fke --data-dir "$data" cluster create demo --wait \
-  --nodepool name=gpu,type=gpu-h100x8,min=0,max=4,unneeded=20s \
-  --nodepool name=cpu,type=cpu-medium,replicas=1
+  --nodepool name=cpu,type=cpu-medium,replicas=1 \
+  --nodepool name=gpu,type=gpu-l4x1,min=0,max=8,unneeded=20s
 fke --data-dir "$data" kubeconfig demo >"$kc"
-fke --data-dir "$data" instancetypes
 
-step "Deploy a training job: 3 pods x 8 GPUs (the pool is at 0 nodes)"
-cat >"${kc%/*}/trainer.yaml" <<'YAML'
-apiVersion: apps/v1
-kind: Deployment
-metadata: {name: trainer}
-spec:
-  replicas: 3
-  selector: {matchLabels: {app: trainer}}
-  template:
-    metadata: {labels: {app: trainer}}
-    spec:
-      containers:
-      - name: trainer
-        image: registry.local/trainer:1
-        resources: {limits: {nvidia.com/gpu: 8}}
+step "A git repository holds the model-serving app (examples/model-serving, and a demo overlay)"
+repo=${kc%/*}/model-serving
+mkdir -p "$repo/overlays/demo"
+cp -r examples/model-serving/base examples/model-serving/overlays/prod "$repo/"
+mv "$repo/prod" "$repo/overlays/prod"
+# The demo overlay: prod, with an HPA that scales down after 15 s instead of
+# the default 5 minutes, so the demo shows the way back.
+cat >"$repo/overlays/demo/kustomization.yaml" <<'YAML'
+apiVersion: kustomize.config.k8s.io/v1beta1
+kind: Kustomization
+resources:
+- ../prod
+patches:
+- target: {kind: HorizontalPodAutoscaler, name: model-server}
+  patch: |-
+    - op: add
+      path: /spec/behavior
+      value: {scaleDown: {stabilizationWindowSeconds: 15}}
 YAML
-k apply -f "${kc%/*}/trainer.yaml"
+git -C "$repo" init -q -b main
+git -C "$repo" add -A
+git -C "$repo" -c user.name=demo -c user.email=demo@fke.dev commit -q -m "model-serving v1"
+echo "file://$repo at $(git -C "$repo" rev-parse --short HEAD)"
 
-step "The autoscaler adds exactly 3 GPU nodes; the pods start"
+step "A Release deploys it to cluster 'demo' (GPU nodes come up from zero for its 2 replicas)"
+fke --data-dir "$data" release create model-serving --repo "file://$repo" --path overlays/demo \
+  --stage prod=demo --interval 30s
 start=$SECONDS
-until [ "$(k get pods -l app=trainer --no-headers 2>/dev/null | grep -c Running)" = 3 ]; do
-  [ $((SECONDS - start)) -lt 120 ] || { echo "pods not running after 120s" >&2; exit 1; }
+fke --data-dir "$data" release sync model-serving --wait
+until [ "$(k -n model-serving get deployment model-server -o jsonpath='{.status.availableReplicas}' 2>/dev/null)" = 2 ]; do
+  [ $((SECONDS - start)) -lt 120 ] || { echo "model-server not available after 120s" >&2; exit 1; }
   sleep 1
 done
-echo "3 pods Running after $((SECONDS - start))s"
-k get nodes -L nvidia.com/gpu.product,fke.dev/nodepool
-fke --data-dir "$data" cluster get demo
+echo "2 replicas available after $((SECONDS - start))s on $(k get nodes -l fke.dev/nodepool=gpu --no-headers | wc -l) GPU nodes"
 
-step "Remove the job: the GPU pool goes back to zero after 20s unneeded"
-k delete deployment trainer
+# gpu_nodes N waits until the GPU pool has N nodes.
+gpu_nodes() {
+  local n=$1 limit=$2 start=$SECONDS
+  until [ "$(k get nodes -l fke.dev/nodepool=gpu --no-headers 2>/dev/null | wc -l)" = "$n" ]; do
+    [ $((SECONDS - start)) -lt "$limit" ] || { echo "the GPU pool is not at $n nodes after ${limit}s" >&2; exit 1; }
+    sleep 2
+  done
+}
+step "Load step: 4.5 GPUs of offered load; the HPA on DCGM_FI_DEV_GPU_UTIL scales out, the autoscaler adds GPU nodes"
+k -n model-serving annotate deployment model-server fke.dev/simulate-gpu-load=4.5 --overwrite >/dev/null
 start=$SECONDS
-until [ "$(k get nodes -l fke.dev/nodepool=gpu --no-headers 2>/dev/null | wc -l)" = 0 ]; do
-  [ $((SECONDS - start)) -lt 180 ] || { echo "GPU nodes still there after 180s" >&2; exit 1; }
+until [ "$(k -n model-serving get deployment model-server -o jsonpath='{.status.availableReplicas}' 2>/dev/null)" -ge 7 ] 2>/dev/null; do
+  [ $((SECONDS - start)) -lt 240 ] || { echo "model-server did not scale out within 240s" >&2; k -n model-serving describe hpa model-server >&2; exit 1; }
   sleep 2
 done
-echo "GPU pool at 0 nodes after $((SECONDS - start))s"
-fke --data-dir "$data" nodepool get demo/gpu
+echo "$(k -n model-serving get deployment model-server -o jsonpath='{.status.availableReplicas}') replicas available after $((SECONDS - start))s (HPA syncs every 15 s)"
+gpu_nodes "$(k -n model-serving get deployment model-server -o jsonpath='{.status.availableReplicas}')" 60
+k -n model-serving get hpa model-server
+
+step "Load drops to 0.5 GPUs: back to 2 replicas, and the GPU pool back to 2 nodes"
+k -n model-serving annotate deployment model-server fke.dev/simulate-gpu-load=0.5 --overwrite >/dev/null
+start=$SECONDS
+gpu_nodes 2 240
+echo "2 replicas on 2 GPU nodes after $((SECONDS - start))s (15 s HPA stabilization, 20 s unneeded time)"
 
 if fke doctor >/dev/null 2>&1; then
   step "Real nodes: a local GPU pool at 0 (kubelet + containerd on this machine; simulated H100s without a driver)"
@@ -81,7 +107,17 @@ if fke doctor >/dev/null 2>&1; then
   k delete pod infer --wait=false
 fi
 
+step "Summary"
+fke --data-dir "$data" cluster list
+echo
+fke --data-dir "$data" nodepool list demo
+echo
+fke --data-dir "$data" cluster get demo | grep '^GPUs:' || true
+echo
+fke --data-dir "$data" release list
+
 step "Done. The management plane keeps running:"
 echo "  $bin/fke cluster list"
 echo "  $bin/fke kubeconfig demo > demo.kubeconfig"
+echo "  $bin/fke release get model-serving"
 echo "  $bin/fke down          # stop everything"
