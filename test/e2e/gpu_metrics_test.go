@@ -53,7 +53,7 @@ func TestGPUMetricsHPAOnKwokNodes(t *testing.T) {
 	t.Cleanup(func() { dumpAddonLog(t, e, addons.GPUMetricsName) })
 	start := time.Now()
 	mc := e.Client()
-	waitGPUMetrics(t, mc, fkev1.AddonReady)
+	e.WaitAddon("demo", addons.GPUMetricsName, fkev1.AddonReady, time.Minute)
 	t.Logf("FIGURE cluster Ready -> gpu-metrics Ready (APIService Available): %s", time.Since(start).Round(10*time.Millisecond))
 	e.MustRun("nodepool", "create", "demo/gpu", "--instance-type", "gpu-l4x1", "--min", "0", "--max", "10",
 		"--scale-down-unneeded-time", "20s")
@@ -230,7 +230,7 @@ func TestGPUMetricsHPAOnKwokNodes(t *testing.T) {
 			t.Errorf("metrics-server after the GPU metrics addon went: %v\n%s", err, out)
 		}
 		setGPUMetrics(t, mc, true)
-		waitGPUMetrics(t, mc, fkev1.AddonReady)
+		e.WaitAddon("demo", addons.GPUMetricsName, fkev1.AddonReady, time.Minute)
 	})
 }
 
@@ -335,25 +335,6 @@ func hpaConds(h *autoscalingv2.HorizontalPodAutoscaler) string {
 		out = append(out, fmt.Sprintf("%s=%s %s: %s", c.Type, c.Status, c.Reason, c.Message))
 	}
 	return strings.Join(out, "; ")
-}
-
-func waitGPUMetrics(t *testing.T, c client.Client, phase fkev1.AddonPhase) {
-	t.Helper()
-	testenv.Eventually(t, time.Minute, "gpu-metrics "+string(phase), func() error {
-		cl := &fkev1.Cluster{}
-		if err := c.Get(t.Context(), client.ObjectKey{Namespace: "default", Name: "demo"}, cl); err != nil {
-			return err
-		}
-		for _, a := range cl.Status.Addons {
-			if a.Name == addons.GPUMetricsName {
-				if a.Phase != phase {
-					return fmt.Errorf("%s: %s", a.Phase, a.Message)
-				}
-				return nil
-			}
-		}
-		return fmt.Errorf("no status of gpu-metrics in %+v", cl.Status.Addons)
-	})
 }
 
 func setGPUMetrics(t *testing.T, c client.Client, on bool) {

@@ -35,17 +35,7 @@ func TestVerticalPodAutoscaler(t *testing.T) {
 	e := testenv.Up(t)
 	ctx := context.Background()
 	e.MustRun("cluster", "create", "vpa", "--vertical-pod-autoscaler", "--nodepool", "name=gpu,type=gpu-l4x1,replicas=2", "--wait")
-	testenv.Eventually(t, 2*time.Minute, "addon "+addons.VPAName+" Ready", func() error {
-		for _, a := range e.Cluster("vpa").Status.Addons {
-			if a.Name == addons.VPAName {
-				if a.Phase != fkev1.AddonReady {
-					return fmt.Errorf("%s: %s", a.Phase, a.Message)
-				}
-				return nil
-			}
-		}
-		return fmt.Errorf("no status of %s", addons.VPAName)
-	})
+	e.WaitAddon("vpa", addons.VPAName, fkev1.AddonReady, 2*time.Minute)
 	cs := e.Tenant("vpa")
 	dyn := dynamic.NewForConfigOrDie(e.TenantConfig("vpa"))
 

@@ -48,7 +48,7 @@ func TestWorkloadAutoscaling(t *testing.T) {
 	start := time.Now()
 	mc := e.Client()
 	// On by default, before any node exists.
-	waitAddon(t, mc, fkev1.AddonReady)
+	e.WaitAddon("demo", addons.MetricsServerName, fkev1.AddonReady, time.Minute)
 	t.Logf("FIGURE cluster Ready -> metrics-server Ready (APIService Available): %s", time.Since(start).Round(10*time.Millisecond))
 	registry := e.WaitSystemImages()
 	ctx := t.Context()
@@ -201,7 +201,7 @@ func TestWorkloadAutoscaling(t *testing.T) {
 			return fmt.Errorf("conditions %s", hpaConditions(h))
 		})
 		setMetricsServer(t, mc, true)
-		waitAddon(t, mc, fkev1.AddonReady)
+		e.WaitAddon("demo", addons.MetricsServerName, fkev1.AddonReady, time.Minute)
 	})
 }
 
@@ -306,23 +306,6 @@ func getCluster(t *testing.T, c client.Client) *fkev1.Cluster {
 		t.Fatal(err)
 	}
 	return cl
-}
-
-// waitAddon waits until metrics-server's status has phase.
-func waitAddon(t *testing.T, c client.Client, phase fkev1.AddonPhase) {
-	t.Helper()
-	testenv.Eventually(t, time.Minute, "metrics-server "+string(phase), func() error {
-		cl := getCluster(t, c)
-		for _, a := range cl.Status.Addons {
-			if a.Name == addons.MetricsServerName {
-				if a.Phase != phase {
-					return fmt.Errorf("%s: %s", a.Phase, a.Message)
-				}
-				return nil
-			}
-		}
-		return fmt.Errorf("no status of metrics-server in %+v", cl.Status.Addons)
-	})
 }
 
 func setMetricsServer(t *testing.T, c client.Client, on bool) {

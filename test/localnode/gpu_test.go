@@ -399,6 +399,99 @@ func TestLocalGPUNodes(t *testing.T) {
 			return nil
 		})
 	})
+	t.Run("the chain on real nodes: GPU load scales the HPA out, the autoscaler adds a local GPU node, and back", func(t *testing.T) {
+		// Pool auto (local gpu-h100x8, 0..2, 5 s unneeded) is at zero again.
+		labels := map[string]string{"app": "chain"}
+		deploy := &appsv1.Deployment{
+			ObjectMeta: metav1.ObjectMeta{Name: "chain"},
+			Spec: appsv1.DeploymentSpec{
+				Replicas: ptr.To[int32](1),
+				Selector: &metav1.LabelSelector{MatchLabels: labels},
+				Template: corev1.PodTemplateSpec{
+					ObjectMeta: metav1.ObjectMeta{Labels: labels},
+					Spec: corev1.PodSpec{
+						NodeSelector:                  map[string]string{fkev1.LabelNodePool: "auto"},
+						TerminationGracePeriodSeconds: ptr.To[int64](0),
+						Containers: []corev1.Container{{Name: "app", Image: demo, Resources: corev1.ResourceRequirements{
+							Limits: corev1.ResourceList{nodetemplate.ResourceGPU: resource.MustParse("8")}}}},
+					},
+				},
+			},
+		}
+		if _, err := cs.AppsV1().Deployments("default").Create(t.Context(), deploy, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		machines := func() int {
+			var ms fkev1.MachineList
+			if err := e.Client().List(t.Context(), &ms, client.MatchingLabels{fkev1.LabelNodePool: "auto"}); err != nil {
+				t.Fatal(err)
+			}
+			return len(ms.Items)
+		}
+		ready := func(want int32) func() error {
+			return func() error {
+				d, err := cs.AppsV1().Deployments("default").Get(t.Context(), "chain", metav1.GetOptions{})
+				if err != nil {
+					return err
+				}
+				if d.Status.ReadyReplicas != want || d.Status.Replicas != want {
+					return fmt.Errorf("%d ready of %d, want %d; %d machines", d.Status.ReadyReplicas, d.Status.Replicas, want, machines())
+				}
+				return nil
+			}
+		}
+		testenv.Eventually(t, 3*time.Minute, "chain's first pod on a local GPU node from zero", ready(1))
+		first := waitGPUs(t, cs, "auto", 8)
+		hpa := &autoscalingv2.HorizontalPodAutoscaler{
+			ObjectMeta: metav1.ObjectMeta{Name: "chain"},
+			Spec: autoscalingv2.HorizontalPodAutoscalerSpec{
+				ScaleTargetRef: autoscalingv2.CrossVersionObjectReference{APIVersion: "apps/v1", Kind: "Deployment", Name: "chain"},
+				MinReplicas:    ptr.To[int32](1),
+				MaxReplicas:    2,
+				Metrics: []autoscalingv2.MetricSpec{{Type: autoscalingv2.PodsMetricSourceType, Pods: &autoscalingv2.PodsMetricSource{
+					Metric: autoscalingv2.MetricIdentifier{Name: gpumetrics.GPUUtil},
+					Target: autoscalingv2.MetricTarget{Type: autoscalingv2.AverageValueMetricType, AverageValue: ptr.To(resource.MustParse("60"))},
+				}}},
+				Behavior: &autoscalingv2.HorizontalPodAutoscalerBehavior{
+					ScaleDown: &autoscalingv2.HPAScalingRules{StabilizationWindowSeconds: ptr.To[int32](0)},
+				},
+			},
+		}
+		if _, err := cs.AutoscalingV2().HorizontalPodAutoscalers("default").Create(t.Context(), hpa, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		setNode := func(node string, util int) {
+			agent := agentPod(t, cs, node)
+			for _, u := range agentUUIDs(t, node) {
+				httpPost(t, fmt.Sprintf("http://%s:9400/mock/utilization?uuid=%s&gpu=%d", agent.Status.PodIP, u, util))
+			}
+		}
+		start := time.Now()
+		setNode(first.Name, 90) // the pod's 8 GPUs at 90 % against a 60 % target
+		testenv.Eventually(t, 4*time.Minute, "two ready replicas, the second on a new local GPU node", ready(2))
+		t.Logf("FIGURE local GPUs at 90%% -> HPA 2 replicas, a second local GPU node from the autoscaler, both Running: %s", time.Since(start).Round(10*time.Millisecond))
+		if n := machines(); n != 2 {
+			t.Errorf("%d machines for two 8-GPU pods, want exactly 2", n)
+		}
+		start = time.Now()
+		setNode(first.Name, 10)
+		testenv.Eventually(t, 4*time.Minute, "one replica and one local GPU node again", func() error {
+			if err := ready(1)(); err != nil {
+				return err
+			}
+			if n := machines(); n != 1 {
+				return fmt.Errorf("%d machines", n)
+			}
+			return nil
+		})
+		t.Logf("FIGURE local GPUs at 10%% -> 1 replica and the idle local GPU node removed: %s (5 s unneeded time)", time.Since(start).Round(10*time.Millisecond))
+		if err := cs.AutoscalingV2().HorizontalPodAutoscalers("default").Delete(t.Context(), "chain", metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		if err := cs.AppsV1().Deployments("default").Delete(t.Context(), "chain", metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	})
 }
 
 // dumpAgentLogs prints the GPU agents' logs when the test failed.

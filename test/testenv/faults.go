@@ -177,3 +177,24 @@ func (e *Env) EtcdTLS(name, base string) *tls.Config {
 	}
 	return cfg
 }
+
+// WaitAddon waits until addon of cluster default/name reports phase in
+// status.addons.
+func (e *Env) WaitAddon(name, addon string, phase fkev1.AddonPhase, timeout time.Duration) {
+	e.T.Helper()
+	Eventually(e.T, timeout, addon+" "+string(phase), func() error {
+		cl := &fkev1.Cluster{}
+		if err := e.Client().Get(context.Background(), client.ObjectKey{Namespace: "default", Name: name}, cl); err != nil {
+			return err
+		}
+		for _, a := range cl.Status.Addons {
+			if a.Name == addon {
+				if a.Phase != phase {
+					return fmt.Errorf("%s: %s", a.Phase, a.Message)
+				}
+				return nil
+			}
+		}
+		return fmt.Errorf("no status of %s in %+v", addon, cl.Status.Addons)
+	})
+}
