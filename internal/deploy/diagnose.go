@@ -102,8 +102,9 @@ func diagnosePod(p *corev1.Pod, events []corev1.Event) []podProblem {
 			}
 		}
 		if last := cs.LastTerminationState.Terminated; cs.State.Running != nil && cs.RestartCount > 0 && last != nil && last.ExitCode != 0 {
-			// Between two crashes of a crash loop the container runs.
-			add("container %s keeps failing (restarts: %d%s)", cs.Name, cs.RestartCount, lastExit(cs))
+			// Between two crashes of a crash loop the container runs: the same
+			// crash loop, told the same way.
+			add("container %s is crash-looping (restarts: %d%s)", cs.Name, cs.RestartCount, lastExit(cs))
 		}
 		if t := cs.State.Terminated; t != nil && t.ExitCode != 0 && p.Spec.RestartPolicy == corev1.RestartPolicyNever {
 			add("container %s failed (exit code %d%s)", cs.Name, t.ExitCode, colon(t.Reason))

@@ -95,7 +95,7 @@ func TestDiagnose(t *testing.T) {
 					State:                corev1.ContainerState{Running: &corev1.ContainerStateRunning{}},
 					LastTerminationState: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 2, Reason: "Error"}}}}
 			})},
-			want: []string{"pod web-1: container web keeps failing (restarts: 2; last exit code 2 Error)"},
+			want: []string{"pod web-1: container web is crash-looping (restarts: 2; last exit code 2 Error)"},
 		},
 		{
 			name:   "unschedulable with the autoscaler's reason",
