@@ -284,9 +284,18 @@ func (r *run) finish(ctx context.Context) (*Result, error) {
 			lines = append(lines, fmt.Sprintf("%s: %s", o.Object, o.Error))
 		}
 		if r.opts.Wait && !r.opts.DryRun && r.isWaiting(id) {
-			res.Ready = false
 			r.explain(ctx, id, o)
-			lines = append(lines, fmt.Sprintf("%s (%s): %s", o.Object, o.Status, strings.Join(o.Problems, "; ")))
+			if o.Status == status.CurrentStatus.String() && !isJob(id) {
+				// Current now, though the wait never heard it: the
+				// status watch of a kind this apply created (its CRD in
+				// the same source) can miss the object's events.
+				delete(r.waiting, id)
+				o.Problems = nil
+				r.progress(Progress{Object: o.Object, Action: "ready"})
+			} else {
+				res.Ready = false
+				lines = append(lines, fmt.Sprintf("%s (%s): %s", o.Object, o.Status, strings.Join(o.Problems, "; ")))
+			}
 		}
 		res.Objects = append(res.Objects, *o)
 	}
