@@ -152,24 +152,7 @@ func TestLocalGPUNodes(t *testing.T) {
 		if _, err := cs.AppsV1().Deployments("default").Create(t.Context(), deploy, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
-		hpa := &autoscalingv2.HorizontalPodAutoscaler{
-			ObjectMeta: metav1.ObjectMeta{Name: "busy"},
-			Spec: autoscalingv2.HorizontalPodAutoscalerSpec{
-				ScaleTargetRef: autoscalingv2.CrossVersionObjectReference{APIVersion: "apps/v1", Kind: "Deployment", Name: "busy"},
-				MinReplicas:    ptr.To[int32](1),
-				MaxReplicas:    4,
-				Metrics: []autoscalingv2.MetricSpec{{Type: autoscalingv2.PodsMetricSourceType, Pods: &autoscalingv2.PodsMetricSource{
-					Metric: autoscalingv2.MetricIdentifier{Name: gpumetrics.GPUUtil},
-					Target: autoscalingv2.MetricTarget{Type: autoscalingv2.AverageValueMetricType, AverageValue: ptr.To(resource.MustParse("60"))},
-				}}},
-				Behavior: &autoscalingv2.HorizontalPodAutoscalerBehavior{
-					ScaleDown: &autoscalingv2.HPAScalingRules{StabilizationWindowSeconds: ptr.To[int32](0)},
-				},
-			},
-		}
-		if _, err := cs.AutoscalingV2().HorizontalPodAutoscalers("default").Create(t.Context(), hpa, metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
-		}
+		createGPUUtilHPA(t, cs, "busy", 4)
 		running := func(want int32) func() error {
 			return func() error {
 				h, err := cs.AutoscalingV2().HorizontalPodAutoscalers("default").Get(t.Context(), "busy", metav1.GetOptions{})
@@ -442,24 +425,7 @@ func TestLocalGPUNodes(t *testing.T) {
 		}
 		testenv.Eventually(t, 3*time.Minute, "chain's first pod on a local GPU node from zero", ready(1))
 		first := waitGPUs(t, cs, "auto", 8)
-		hpa := &autoscalingv2.HorizontalPodAutoscaler{
-			ObjectMeta: metav1.ObjectMeta{Name: "chain"},
-			Spec: autoscalingv2.HorizontalPodAutoscalerSpec{
-				ScaleTargetRef: autoscalingv2.CrossVersionObjectReference{APIVersion: "apps/v1", Kind: "Deployment", Name: "chain"},
-				MinReplicas:    ptr.To[int32](1),
-				MaxReplicas:    2,
-				Metrics: []autoscalingv2.MetricSpec{{Type: autoscalingv2.PodsMetricSourceType, Pods: &autoscalingv2.PodsMetricSource{
-					Metric: autoscalingv2.MetricIdentifier{Name: gpumetrics.GPUUtil},
-					Target: autoscalingv2.MetricTarget{Type: autoscalingv2.AverageValueMetricType, AverageValue: ptr.To(resource.MustParse("60"))},
-				}}},
-				Behavior: &autoscalingv2.HorizontalPodAutoscalerBehavior{
-					ScaleDown: &autoscalingv2.HPAScalingRules{StabilizationWindowSeconds: ptr.To[int32](0)},
-				},
-			},
-		}
-		if _, err := cs.AutoscalingV2().HorizontalPodAutoscalers("default").Create(t.Context(), hpa, metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
-		}
+		createGPUUtilHPA(t, cs, "chain", 2)
 		setNode := func(node string, util int) {
 			agent := agentPod(t, cs, node)
 			for _, u := range agentUUIDs(t, node) {
@@ -492,6 +458,31 @@ func TestLocalGPUNodes(t *testing.T) {
 			t.Fatal(err)
 		}
 	})
+}
+
+// createGPUUtilHPA makes an HPA that holds Deployment name's pods at 60 %
+// DCGM_FI_DEV_GPU_UTIL with 1 to max replicas, scaling down without a
+// stabilization window.
+func createGPUUtilHPA(t *testing.T, cs kubernetes.Interface, name string, max int32) {
+	t.Helper()
+	hpa := &autoscalingv2.HorizontalPodAutoscaler{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: autoscalingv2.HorizontalPodAutoscalerSpec{
+			ScaleTargetRef: autoscalingv2.CrossVersionObjectReference{APIVersion: "apps/v1", Kind: "Deployment", Name: name},
+			MinReplicas:    ptr.To[int32](1),
+			MaxReplicas:    max,
+			Metrics: []autoscalingv2.MetricSpec{{Type: autoscalingv2.PodsMetricSourceType, Pods: &autoscalingv2.PodsMetricSource{
+				Metric: autoscalingv2.MetricIdentifier{Name: gpumetrics.GPUUtil},
+				Target: autoscalingv2.MetricTarget{Type: autoscalingv2.AverageValueMetricType, AverageValue: ptr.To(resource.MustParse("60"))},
+			}}},
+			Behavior: &autoscalingv2.HorizontalPodAutoscalerBehavior{
+				ScaleDown: &autoscalingv2.HPAScalingRules{StabilizationWindowSeconds: ptr.To[int32](0)},
+			},
+		},
+	}
+	if _, err := cs.AutoscalingV2().HorizontalPodAutoscalers("default").Create(t.Context(), hpa, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // dumpAgentLogs prints the GPU agents' logs when the test failed.
