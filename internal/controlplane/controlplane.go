@@ -120,16 +120,6 @@ type Addon struct {
 	HealthServerName string
 }
 
-// ComponentVersion returns the version component runs at ("" when unknown).
-func (s Status) ComponentVersion(component string) string {
-	for _, c := range s.Components {
-		if c.Name == component {
-			return c.Version
-		}
-	}
-	return ""
-}
-
 // Ready reports whether every component is ready.
 func (s Status) Ready() bool {
 	if len(s.Components) != len(Components) {

@@ -138,15 +138,6 @@ func CheckKubeletSkew(controlPlane, node string) error {
 	return nil
 }
 
-// Minor returns "vMAJOR.MINOR" of a version, or v itself when it does not parse.
-func Minor(v string) string {
-	p, err := Parse(v)
-	if err != nil {
-		return v
-	}
-	return fmt.Sprintf("v%d.%d", p.Major, p.Minor)
-}
-
 // OrDefault returns v, or Default when v is empty (objects made before
 // versions were recorded run the default version).
 func OrDefault(v string) string {
