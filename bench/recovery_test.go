@@ -154,7 +154,7 @@ func (r *recovery) crashes() {
 					return nil
 				})
 				start := time.Now()
-				r.e.MustRun("up")
+				r.e.MustRun("up", "--warm-pool=0")
 				d = sinceReady(r.b, start, r.tenantReady)
 			case caseTenantAPI:
 				d = sinceReady(r.b, testenv.KillPID(r.b, r.tenantAPIProc().PID), r.tenantReady)
@@ -185,7 +185,7 @@ func (r *recovery) floors() {
 	for range recoveryRuns {
 		r.e.MustRun("down")
 		start := time.Now()
-		r.e.MustRun("up")
+		r.e.MustRun("up", "--warm-pool=0")
 		r.floor[caseDaemon] = append(r.floor[caseDaemon], sinceReady(r.b, start, r.tenantReady))
 	}
 	r.e.MustRun("down")
@@ -205,7 +205,7 @@ func (r *recovery) floors() {
 	r.stop(ma)
 	r.stop(me)
 	// Leave the plane running for testenv's `fke down --purge`.
-	r.e.MustRun("up")
+	r.e.MustRun("up", "--warm-pool=0")
 }
 
 // byHand starts args recoveryRuns times, each time measuring until ready.

@@ -16,6 +16,10 @@ const (
 	RuntimeHosted ControlPlaneRuntime = "hosted"
 )
 
+// DefaultServiceCIDR is the service range of a cluster that names none
+// (the schema's default of spec.network.serviceCIDR).
+const DefaultServiceCIDR = "10.96.0.0/16"
+
 // ClusterSpec is the desired state of a tenant Kubernetes cluster.
 type ClusterSpec struct {
 	// Version is the Kubernetes version of the control plane, e.g. v1.37.2.

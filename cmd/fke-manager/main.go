@@ -28,6 +28,8 @@ func main() {
 	flag.StringVar(&opts.Webhook.CertDir, "webhook-cert-dir", "", "directory of the webhook's CA and serving certificate (default <data-dir>/webhook-pki)")
 	flag.StringVar(&opts.NodeAddress, "node-address", "", "host address nodes reach tenant API servers at (empty: loopback only)")
 	flag.StringVar(&opts.Registry, "registry", "", "loopback address of fke's OCI registry (host:port)")
+	flag.IntVar(&opts.WarmPool.Size, "warm-pool", 0, "standby control planes kept started for new clusters of the default version (0: none)")
+	flag.StringVar(&opts.WarmPool.Namespace, "warm-pool-namespace", manager.DefaultSystemNamespace, "namespace of the standby planes' Secrets and the pool's status")
 	flag.Parse()
 	opts.Binaries = binaries.Finder{Dir: binDir}
 	opts.Logger = slog.New(slog.NewJSONHandler(os.Stderr, nil))

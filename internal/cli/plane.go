@@ -11,17 +11,22 @@ import (
 	"github.com/spf13/cobra"
 
 	"fke.dev/fke/internal/binaries"
+	"fke.dev/fke/internal/controller/cluster"
 	"fke.dev/fke/internal/localplane"
 	"fke.dev/fke/internal/manager"
 )
 
 func newUpCmd(g *globals) *cobra.Command {
 	var timeout time.Duration
+	var warm int
 	cmd := &cobra.Command{
 		Use:   "up",
 		Short: "Start the local management plane in the background",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if warm < 0 {
+				return fmt.Errorf("--warm-pool %d: the number of standby control planes cannot be negative (0 turns the pool off)", warm)
+			}
 			// Fail early, with the fix, when the upstream binaries are missing.
 			if _, err := g.finder().Paths(binaries.Etcd, binaries.KubeAPIServer, binaries.KubeControllerManager, binaries.KubeScheduler); err != nil {
 				return err
@@ -36,7 +41,7 @@ func newUpCmd(g *globals) *cobra.Command {
 			}
 			fmt.Fprintf(g.out, "Starting the fke management plane in %s\n", g.dataDir)
 			st, started, err := localplane.Up(cmd.Context(), localplane.UpOptions{
-				DataDir: g.dataDir, Self: self, Env: env, Timeout: timeout, Progress: g.out,
+				DataDir: g.dataDir, Self: self, Env: env, Timeout: timeout, Progress: g.out, WarmPool: warm,
 			})
 			if err != nil {
 				return err
@@ -56,6 +61,7 @@ Next:
 		},
 	}
 	cmd.Flags().DurationVar(&timeout, "timeout", 3*time.Minute, "how long to wait for the management plane")
+	cmd.Flags().IntVar(&warm, "warm-pool", 1, "standby control planes kept started for new clusters of the default version (0 turns the pool off); each holds about the memory of an idle cluster")
 	return cmd
 }
 
@@ -125,7 +131,8 @@ func newStatusCmd(g *globals) *cobra.Command {
 
 // newDaemonCmd is the background process `fke up` starts.
 func newDaemonCmd(g *globals) *cobra.Command {
-	return &cobra.Command{
+	var warm int
+	cmd := &cobra.Command{
 		Use:    "daemon",
 		Short:  "Run the management plane in the foreground (what `fke up` starts)",
 		Hidden: true,
@@ -136,16 +143,19 @@ func newDaemonCmd(g *globals) *cobra.Command {
 				return err
 			}
 			return localplane.Daemon(cmd.Context(), localplane.DaemonOptions{
-				DataDir: g.dataDir, Binaries: g.finder(), Self: self, Logger: newLogger(g.errOut),
+				DataDir: g.dataDir, Binaries: g.finder(), Self: self, Logger: newLogger(g.errOut), WarmPool: warm,
 			})
 		},
 	}
+	cmd.Flags().IntVar(&warm, "warm-pool", 0, "standby control planes fke-manager keeps")
+	return cmd
 }
 
 // newManagerCmd runs fke-manager (the daemon starts it).
 func newManagerCmd(g *globals) *cobra.Command {
 	var kubeconfig, healthAddr, metricsAddr, nodeAddress, registry string
 	var hook manager.WebhookOptions
+	var warm cluster.WarmPool
 	cmd := &cobra.Command{
 		Use:    "manager",
 		Short:  "Run fke-manager (the controllers) against a management API",
@@ -155,7 +165,7 @@ func newManagerCmd(g *globals) *cobra.Command {
 			return manager.Run(cmd.Context(), manager.Options{
 				Kubeconfig: kubeconfig, DataDir: g.dataDir, Binaries: g.finder(),
 				HealthAddr: healthAddr, MetricsAddr: metricsAddr, Webhook: hook, NodeAddress: nodeAddress, Registry: registry,
-				Logger: newLogger(g.errOut),
+				WarmPool: warm, Logger: newLogger(g.errOut),
 			})
 		},
 	}
@@ -166,6 +176,8 @@ func newManagerCmd(g *globals) *cobra.Command {
 	cmd.Flags().StringVar(&hook.CertDir, "webhook-cert-dir", "", "directory of the webhook's CA and serving certificate (default <data-dir>/webhook-pki)")
 	cmd.Flags().StringVar(&nodeAddress, "node-address", "", "host address nodes reach tenant API servers at (empty: loopback only)")
 	cmd.Flags().StringVar(&registry, "registry", "", "loopback address of fke's OCI registry (host:port)")
+	cmd.Flags().IntVar(&warm.Size, "warm-pool", 0, "standby control planes kept started for new clusters of the default version (0: none)")
+	cmd.Flags().StringVar(&warm.Namespace, "warm-pool-namespace", manager.DefaultSystemNamespace, "namespace of the standby planes' Secrets and the pool's status")
 	_ = cmd.MarkFlagRequired("kubeconfig")
 	return cmd
 }

@@ -41,6 +41,10 @@ type Spec struct {
 	// the API server is reachable on loopback only and the reconciler is
 	// off.
 	NodeAddress string
+	// Standby marks a plane of a warm pool: started before any cluster
+	// asks for it, it runs at low CPU priority until Adopt gives it to a
+	// cluster.
+	Standby bool
 	// Restore is an etcd snapshot file (checked by the caller) that seeds
 	// etcd's data the first time the control plane starts: a cluster made
 	// from a backup. Ignored once etcd has data.
@@ -170,6 +174,14 @@ type Runtime interface {
 	// does not become ready, the old version runs again (or still runs) and
 	// the error says why. A component already at spec.Version is left alone.
 	Upgrade(ctx context.Context, spec Spec, component string) error
+	// Adopt makes the control plane of key from (a standby plane, see
+	// Spec.Standby) the control plane of key to, with its data; processes
+	// that run keep running, at normal priority, and Status, Stop, Upgrade
+	// and Delete of to reach them. The caller then calls Ensure with to's
+	// spec, which must equal from's but for Key and Standby. Idempotent:
+	// nothing to do when to already holds it; an error when to holds
+	// another control plane.
+	Adopt(ctx context.Context, from, to string) error
 	// Delete stops the components of key and removes their data. Idempotent.
 	Delete(ctx context.Context, key string) error
 	// EnsureAddons makes the addon processes of key be exactly addons: it

@@ -24,6 +24,9 @@ type DaemonOptions struct {
 	// Self is the fke executable; the daemon runs `Self manager ...` as fke-manager.
 	Self   string
 	Logger *slog.Logger
+	// WarmPool is the number of standby control planes fke-manager keeps
+	// ready for new clusters (0: none).
+	WarmPool int
 }
 
 // ports are the management plane's loopback ports, kept in ports.json.
@@ -135,7 +138,8 @@ func Daemon(ctx context.Context, opts DaemonOptions) error {
 		Path: opts.Self,
 		Args: append([]string{"manager", "--kubeconfig", p.Kubeconfig(), "--data-dir", p.Dir,
 			"--health-addr", "127.0.0.1:" + strconv.Itoa(pt.Manager),
-			"--webhook-port", strconv.Itoa(pt.Webhook), "--webhook-cert-dir", p.WebhookPKI()}, registryArgs(st.Registry)...),
+			"--webhook-port", strconv.Itoa(pt.Webhook), "--webhook-cert-dir", p.WebhookPKI(),
+			"--warm-pool", strconv.Itoa(opts.WarmPool)}, registryArgs(st.Registry)...),
 		Env:     append(os.Environ(), binaries.EnvDir+"="+binDirOf(bins[binaries.Etcd])),
 		LogPath: filepath.Join(p.Logs(), "fke-manager.log"),
 		Ready:   supervisor.WaitHTTPReady("http://127.0.0.1:"+strconv.Itoa(pt.Manager)+"/readyz", nil),

@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -24,6 +25,9 @@ type UpOptions struct {
 	Timeout time.Duration
 	// Progress receives one line per phase change.
 	Progress io.Writer
+	// WarmPool is the number of standby control planes fke-manager keeps
+	// (see DaemonOptions.WarmPool).
+	WarmPool int
 }
 
 // Up starts the management plane in the background and waits until it is
@@ -42,7 +46,7 @@ func Up(ctx context.Context, opts UpOptions) (st State, started bool, err error)
 	}
 	defer logf.Close()
 	_ = os.Remove(p.State())
-	cmd := exec.Command(opts.Self, "daemon", "--data-dir", opts.DataDir)
+	cmd := exec.Command(opts.Self, "daemon", "--data-dir", opts.DataDir, "--warm-pool", strconv.Itoa(opts.WarmPool))
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.Env = append(os.Environ(), opts.Env...)
 	// A session of its own: the daemon outlives the terminal that ran `fke up`.

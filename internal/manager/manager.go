@@ -66,6 +66,8 @@ type Options struct {
 	// that `fke up` runs; empty when none runs.
 	Registry string
 	Logger   *slog.Logger
+	// WarmPool configures the pool of standby control planes.
+	WarmPool cluster.WarmPool
 	// LocalNodes configure the local node provider.
 	LocalNodes LocalNodeOptions
 }
@@ -79,6 +81,10 @@ type LocalNodeOptions struct {
 	// Images are image archives imported into every node.
 	Images []string
 }
+
+// DefaultSystemNamespace holds the manager's own objects in the management
+// API (the warm pool's standby planes).
+const DefaultSystemNamespace = "fke-system"
 
 // Scheme returns a scheme with the built-in kinds, the fke.dev kinds and the
 // ProvisioningRequest kinds of tenant clusters.
@@ -216,6 +222,7 @@ func Run(ctx context.Context, opts Options) error {
 		Providers:   providers,
 		Approvers:   approvers,
 		NodeAddress: opts.NodeAddress,
+		Warm:        opts.WarmPool,
 	}).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up cluster controller: %w", err)
 	}

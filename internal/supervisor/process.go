@@ -61,6 +61,11 @@ type Spec struct {
 	// MaxRestarts, when positive, is how many restarts are attempted before
 	// the process is left Failed. Zero means restart forever.
 	MaxRestarts int
+	// Nice is the child's scheduling niceness (-20..19; 0 is normal): a
+	// positive value lets it use only the CPU other processes leave. It is
+	// applied only when this process may lower a niceness again (runs as
+	// root), and SetNice changes it while the child runs.
+	Nice int
 	// BeforeRestart, when set, runs before every restart after an
 	// unexpected exit (not before the first start), when the backoff is
 	// over, with no lock held. Its ctx ends when Stop begins or after 30s.
@@ -161,6 +166,25 @@ func (p *Process) Restarts() int {
 	return p.restarts
 }
 
+// SetNice changes the child's niceness (see Spec.Nice) now, on every
+// thread, and for its later restarts. It does nothing where Spec.Nice does
+// not apply (not root).
+func (p *Process) SetNice(nice int) error {
+	if !canRenice {
+		return nil
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.spec.Nice = nice
+	if p.pid == 0 {
+		return nil
+	}
+	if err := renice(p.pid, nice); err != nil {
+		return fmt.Errorf("setting the niceness of %s (pid %d) to %d: %w", p.spec.Name, p.pid, nice, err)
+	}
+	return nil
+}
+
 // WaitReady blocks until the process is Ready. It returns an error when the
 // process is Stopped or Failed, or when ctx ends first.
 func (p *Process) WaitReady(ctx context.Context) error {
@@ -248,7 +272,7 @@ func (p *Process) startLocked(ctx context.Context) (*exec.Cmd, context.CancelFun
 		}()
 		cmd.Stdout, cmd.Stderr = logFile, logFile
 	}
-	if err := spawn(ctx, cmd); err != nil {
+	if err := spawn(ctx, cmd, p.spec.Nice); err != nil {
 		return nil, nil, err
 	}
 	p.gen++

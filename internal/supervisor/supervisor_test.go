@@ -645,3 +645,62 @@ func TestBeforeRestart(t *testing.T) {
 		t.Errorf("%d logs of the failed hook, want 1", n)
 	}
 }
+
+// niceOf reads the niceness of every thread of pid from /proc (field 19 of
+// each task's stat).
+func niceOf(t *testing.T, pid int) []int {
+	t.Helper()
+	tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []int
+	for _, task := range tasks {
+		stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/stat", pid, task.Name()))
+		if err != nil {
+			continue
+		}
+		// The command name (field 2) may hold spaces; count from its ')'.
+		fields := strings.Fields(string(stat[bytes.LastIndexByte(stat, ')')+1:]))
+		n, err := strconv.Atoi(fields[16]) // field 19 overall
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, n)
+	}
+	return out
+}
+
+// TestNice: a child starts at Spec.Nice on every thread, SetNice moves it
+// back, and this process's own threads keep niceness 0.
+func TestNice(t *testing.T) {
+	if !canRenice {
+		t.Skip("Spec.Nice applies only to a privileged supervisor")
+	}
+	g := NewGroup(nil)
+	t.Cleanup(func() { _ = g.StopAll(context.Background()) })
+	p, err := g.Start(context.Background(), Spec{Name: "nice", Path: "sleep", Args: []string{"1000"}, Nice: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range niceOf(t, p.Pid()) {
+		if n != 10 {
+			t.Fatalf("child niceness %d, want 10", n)
+		}
+	}
+	other, err := g.Start(context.Background(), Spec{Name: "plain", Path: "sleep", Args: []string{"1000"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := niceOf(t, other.Pid()); got[0] != 0 {
+		t.Fatalf("a child started after a niced one has niceness %d, want 0", got[0])
+	}
+	if err := p.SetNice(0); err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range niceOf(t, p.Pid()) {
+		if n != 0 {
+			t.Fatalf("after SetNice(0): niceness %d", n)
+		}
+	}
+}

@@ -141,7 +141,7 @@ func TestCrashRecovery(t *testing.T) {
 			t.Errorf("after the crash: want 'not running', got %s", out)
 		}
 		start := time.Now()
-		e.MustRun("up")
+		e.MustRun("up", "--warm-pool=0")
 		testenv.Eventually(t, crashBackBound, "tenant API back", tenantReady)
 		back := time.Now()
 		waitPool(t, e, cs, replicas, back.Add(crashNodesBound+crashBackBound))

@@ -78,7 +78,7 @@ func TestSecretsEncryptedAtRest(t *testing.T) {
 
 	// The keys survive a restart of everything.
 	e.MustRun("down")
-	e.MustRun("up")
+	e.MustRun("up", "--warm-pool=0")
 	waitReady(t, e, "vault")
 	testenv.Eventually(t, 60*time.Second, "Secrets readable after fke down and up", func() error {
 		for _, cs := range []kubernetes.Interface{e.Tenant("vault"), kubernetes.NewForConfigOrDie(e.ManagementConfig())} {

@@ -454,7 +454,7 @@ func upForLocalNodes(t *testing.T) *testenv.Env {
 	e := testenv.New(t)
 	// Cleanups run last-registered first: logs, then fke down, then the check.
 	t.Cleanup(func() { assertNoLeftovers(t, e.DataDir) })
-	e.MustRun("up")
+	e.MustRun("up", "--warm-pool=0")
 	t.Cleanup(func() {
 		if out, err := e.Run("down", "--purge"); err != nil {
 			t.Errorf("fke down: %v\n%s", err, out)

@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -113,11 +114,17 @@ type Env struct {
 }
 
 // Up builds fke, runs `fke up` in a fresh data directory and registers
-// `fke down --purge` as cleanup.
-func Up(t testing.TB) *Env {
+// `fke down --purge` as cleanup. flags are added to `fke up`; without
+// --warm-pool the pool is off, so that each test's clusters start as its
+// own code says (a test of the pool turns it on).
+func Up(t testing.TB, flags ...string) *Env {
 	t.Helper()
 	e := New(t)
-	e.MustRun("up")
+	args := []string{"up"}
+	if !slices.ContainsFunc(flags, func(f string) bool { return strings.HasPrefix(f, "--warm-pool") }) {
+		args = append(args, "--warm-pool=0")
+	}
+	e.MustRun(append(args, flags...)...)
 	t.Cleanup(func() {
 		out, err := e.Run("down", "--purge")
 		if err != nil {

@@ -25,6 +25,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
 
 	fkev1 "fke.dev/fke/api/v1alpha1"
 	"fke.dev/fke/internal/addons"
@@ -82,14 +83,30 @@ type Reconciler struct {
 	// this host's routing table.
 	HostRoutes func() ([]netip.Prefix, error)
 
+	// Warm configures the pool of standby control planes (off when
+	// Warm.Namespace is empty); RunPool keeps it.
+	Warm WarmPool
+
 	portsMu sync.Mutex // serialises port allocation across clusters
-	cidrMu  sync.Mutex // serialises pod-range picks across clusters
-	picked  map[string]netip.Prefix
-	base    sync.Map // cluster key -> true once the base addons are installed
+	// poolMu serialises claims of standby planes with the pool's steps.
+	poolMu   sync.Mutex
+	poolKick chan struct{}
+	claims   sync.Map // cluster UID -> id of the plane it claimed, until the claim is finished
+	// startingPlane is the id of the plane startPlane makes (poolMu held).
+	startingPlane string
+	cidrMu        sync.Mutex // serialises pod-range picks across clusters
+	picked        map[string]netip.Prefix
+	base          sync.Map // cluster key -> true once the base addons are installed
 }
 
 // SetupWithManager registers the controller.
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
+	r.poolKick = make(chan struct{}, 1)
+	if r.Warm.Namespace != "" {
+		if err := mgr.Add(manager.RunnableFunc(r.RunPool)); err != nil {
+			return err
+		}
+	}
 	return ctrl.NewControllerManagedBy(mgr).
 		For(&fkev1.Cluster{}).
 		Named("cluster").
@@ -143,6 +160,10 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.
 		return ctrl.Result{}, nil
 	}
 
+	if err := r.claimStandby(ctx, cl); err != nil {
+		setUnknown(cl, err)
+		return ctrl.Result{}, err
+	}
 	if err := r.ensurePodCIDR(ctx, cl); err != nil {
 		setUnknown(cl, err)
 		return ctrl.Result{}, err

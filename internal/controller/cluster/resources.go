@@ -48,26 +48,57 @@ func portFields(p *fkev1.ClusterPorts) []*int32 {
 // Ports added by a later fke (metrics-server's, the GPU metrics adapter's, the VPA webhook's) are allocated for existing
 // clusters the same way, leaving the others as they are.
 func (r *Reconciler) ensurePorts(ctx context.Context, cl *fkev1.Cluster) error {
+	want, err := r.allocatePorts(ctx, cl.Status.Ports, false)
+	if err != nil || want == cl.Status.Ports {
+		return err
+	}
+	before := cl.DeepCopy()
+	cl.Status.Ports = want
+	if err := r.Client.Status().Patch(ctx, cl, client.MergeFrom(before)); err != nil {
+		return fmt.Errorf("recording ports: %w", err)
+	}
+	return nil
+}
+
+// allocatePorts returns have with its zero ports (only those of the four
+// control-plane components with controlPlaneOnly) set to free loopback
+// ports that no cluster and no standby plane uses.
+func (r *Reconciler) allocatePorts(ctx context.Context, have fkev1.ClusterPorts, controlPlaneOnly bool) (fkev1.ClusterPorts, error) {
+	want := have
+	fields := portFields(&want)
+	if controlPlaneOnly {
+		fields = fields[:5]
+	}
 	var missing []*int32
-	want := cl.Status.Ports
-	for _, f := range portFields(&want) {
+	for _, f := range fields {
 		if *f == 0 {
 			missing = append(missing, f)
 		}
 	}
 	if len(missing) == 0 {
-		return nil
+		return want, nil
 	}
 	r.portsMu.Lock()
 	defer r.portsMu.Unlock()
 	var all fkev1.ClusterList
 	if err := r.Client.List(ctx, &all); err != nil {
-		return fmt.Errorf("listing clusters: %w", err)
+		return have, fmt.Errorf("listing clusters: %w", err)
 	}
 	taken := map[int32]bool{}
 	for _, c := range all.Items {
 		for _, port := range portFields(&c.Status.Ports) {
 			taken[*port] = true
+		}
+	}
+	standby, err := r.standbySecrets(ctx)
+	if err != nil {
+		return have, err
+	}
+	for i := range standby {
+		if p, err := planePorts(&standby[i]); err == nil {
+			for _, port := range portFields(&p) {
+				taken[*port] = true
+			}
 		}
 	}
 	for _, port := range portFields(&want) {
@@ -78,7 +109,7 @@ func (r *Reconciler) ensurePorts(ctx context.Context, cl *fkev1.Cluster) error {
 	for attempt := 0; len(ports) < n && attempt < 20; attempt++ {
 		free, err := supervisor.FreePorts(n)
 		if err != nil {
-			return fmt.Errorf("finding free ports: %w", err)
+			return have, fmt.Errorf("finding free ports: %w", err)
 		}
 		for _, p := range free {
 			if !taken[int32(p)] && len(ports) < n {
@@ -88,17 +119,12 @@ func (r *Reconciler) ensurePorts(ctx context.Context, cl *fkev1.Cluster) error {
 		}
 	}
 	if len(ports) < n {
-		return fmt.Errorf("could not find %d free loopback ports", n)
+		return have, fmt.Errorf("could not find %d free loopback ports", n)
 	}
 	for i, f := range missing {
 		*f = ports[i]
 	}
-	before := cl.DeepCopy()
-	cl.Status.Ports = want
-	if err := r.Client.Status().Patch(ctx, cl, client.MergeFrom(before)); err != nil {
-		return fmt.Errorf("recording ports: %w", err)
-	}
-	return nil
+	return want, nil
 }
 
 // ensurePKI loads the cluster's PKI Secret, completes it, and writes it back

@@ -77,6 +77,13 @@ func TestAPIServerAdvertisesNodeAddress(t *testing.T) {
 // its runtime, spec and an admin client configuration.
 func startPlane(t *testing.T, bin, name, version, nodeAddr string) (*local.Runtime, controlplane.Spec, *rest.Config) {
 	t.Helper()
+	return startPlaneAs(t, bin, "default/"+name, version, nodeAddr, false)
+}
+
+// startPlaneAs is startPlane for any key, as a standby plane or not.
+func startPlaneAs(t *testing.T, bin, key, version, nodeAddr string, standby bool) (*local.Runtime, controlplane.Spec, *rest.Config) {
+	t.Helper()
+	name := filepath.Base(key)
 	ips, err := controlplane.APIServerIPs("10.96.0.0/16", nodeAddr)
 	if err != nil {
 		t.Fatal(err)
@@ -99,7 +106,7 @@ func startPlane(t *testing.T, bin, name, version, nodeAddr string) (*local.Runti
 	ctx := context.Background()
 	t.Cleanup(func() { _ = rt.StopAll(context.Background()) })
 	spec := controlplane.Spec{
-		Key: "default/" + name, Version: version, PodCIDR: "10.112.0.0/14", ServiceCIDR: "10.96.0.0/16", PKI: bundle, NodeAddress: nodeAddr,
+		Key: key, Standby: standby, Version: version, PodCIDR: "10.112.0.0/14", ServiceCIDR: "10.96.0.0/16", PKI: bundle, NodeAddress: nodeAddr,
 		Ports: controlplane.Ports{APIServer: free[0], EtcdClient: free[1], EtcdPeer: free[2], ControllerManager: free[3], Scheduler: free[4]},
 	}
 	st, err := rt.Ensure(ctx, spec)

@@ -44,6 +44,9 @@ type Runtime struct {
 	procs map[string]map[string]componentProc
 	// addons are the addon processes started by EnsureAddons, by key and name.
 	addons map[string]map[string]*controlplane.Addon
+	// aliases maps a standby plane's key to the key that adopted it while
+	// processes started under the old key may still run (see Adopt).
+	aliases map[string]string
 }
 
 var _ controlplane.Runtime = (*Runtime)(nil)
@@ -64,6 +67,7 @@ func New(dir string, finder binaries.Finder, log *slog.Logger) (*Runtime, error)
 		running: map[string]controlplane.Spec{},
 		procs:   map[string]map[string]componentProc{},
 		addons:  map[string]map[string]*controlplane.Addon{},
+		aliases: map[string]string{},
 	}, nil
 }
 
@@ -114,6 +118,11 @@ func (r *Runtime) Ensure(ctx context.Context, spec controlplane.Spec) (controlpl
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if r.adoptedAway(spec.Key) {
+		// Its data and processes belong to the cluster that adopted it;
+		// starting it again would run a second copy on the same ports.
+		return controlplane.Status{}, fmt.Errorf("control plane %s was adopted by a cluster", spec.Key)
+	}
 	if old, ok := r.running[spec.Key]; ok && (old.Ports != spec.Ports || old.NodeAddress != spec.NodeAddress) {
 		// The ports (should not happen) or the advertised address changed:
 		// restart everything.
@@ -195,6 +204,9 @@ func (r *Runtime) startMissing(ctx context.Context, spec controlplane.Spec, layo
 			return controlplane.Status{}, fmt.Errorf("starting %s of %s: %w", c, spec.Key, err)
 		}
 		s := supervisor.Spec{Name: name, Path: path, Args: componentArgs(c, layout, spec), LogPath: layout.log(c), Ready: ready[c]}
+		if spec.Standby {
+			s.Nice = standbyNice
+		}
 		if _, err := r.group.Start(ctx, s); err != nil {
 			return controlplane.Status{}, fmt.Errorf("starting %s: %w", s.Name, err)
 		}
