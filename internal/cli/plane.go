@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -9,6 +10,9 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"fke.dev/fke/internal/binaries"
 	"fke.dev/fke/internal/controller/cluster"
@@ -108,7 +112,7 @@ func newStatusCmd(g *globals) *cobra.Command {
 		Use:   "status",
 		Short: "Show the local management plane",
 		Args:  cobra.NoArgs,
-		RunE: func(_ *cobra.Command, _ []string) error {
+		RunE: func(cmd *cobra.Command, _ []string) error {
 			st, err := localplane.ReadState(g.dataDir)
 			if err != nil {
 				return err
@@ -124,7 +128,11 @@ func newStatusCmd(g *globals) *cobra.Command {
 			for _, c := range st.Components {
 				fmt.Fprintf(tw, "%s\t%d\t%t\t%s\n", c.Name, c.PID, c.Ready, strconv.Itoa(c.Restarts))
 			}
-			return tw.Flush()
+			if err := tw.Flush(); err != nil {
+				return err
+			}
+			fmt.Fprintf(g.out, "\nWarm pool:  %s\n", g.warmPoolLine(cmd.Context()))
+			return nil
 		},
 	}
 }
@@ -180,4 +188,24 @@ func newManagerCmd(g *globals) *cobra.Command {
 	cmd.Flags().StringVar(&warm.Namespace, "warm-pool-namespace", manager.DefaultSystemNamespace, "namespace of the standby planes' Secrets and the pool's status")
 	_ = cmd.MarkFlagRequired("kubeconfig")
 	return cmd
+}
+
+// warmPoolLine describes the warm pool from the status fke-manager keeps.
+func (g *globals) warmPoolLine(ctx context.Context) string {
+	c, err := g.client()
+	if err != nil {
+		return "unknown (" + err.Error() + ")"
+	}
+	cm := &corev1.ConfigMap{}
+	if err := c.Get(ctx, client.ObjectKey{Namespace: manager.DefaultSystemNamespace, Name: cluster.PoolStatusConfigMap}, cm); err != nil {
+		if apierrors.IsNotFound(err) {
+			return "not reported yet"
+		}
+		return "unknown (" + err.Error() + ")"
+	}
+	d := cm.Data
+	if d["size"] == "0" && d["ready"] == "0" && d["starting"] == "0" {
+		return "off (fke up --warm-pool N keeps N standby control planes)"
+	}
+	return fmt.Sprintf("%s of %s standby control planes ready, %s starting (%s); new clusters of that version claim one", d["ready"], d["size"], d["starting"], d["version"])
 }
