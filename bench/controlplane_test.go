@@ -2,6 +2,7 @@
 package bench
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"fmt"
@@ -15,9 +16,13 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	fkev1 "fke.dev/fke/api/v1alpha1"
+	"fke.dev/fke/internal/controller/cluster"
+	"fke.dev/fke/internal/manager"
+	"fke.dev/fke/internal/pki"
 	"fke.dev/fke/test/testenv"
 )
 
@@ -109,4 +114,65 @@ func clusterRSSMB(b *testing.B, dataDir, name string) (controlPlane, addons floa
 		b.Fatalf("cluster %s: want 4 control-plane processes, found %d", name, cp)
 	}
 	return controlPlane, addons
+}
+
+// BenchmarkWarmCreate measures `fke cluster create` → tenant /readyz when a
+// standby control plane waits in the warm pool (fke up --warm-pool=1): 10
+// sequential creates, each once the pool has refilled, and checks that
+// each cluster took a standby plane (its CA is the plane's).
+//
+//	go test ./bench -run '^$' -bench WarmCreate -benchtime 1x
+func BenchmarkWarmCreate(b *testing.B) {
+	e := testenv.Up(b, "--warm-pool=1")
+	c := e.Client()
+	const creates = 10
+	var durations []time.Duration
+	for i := 0; i < b.N; i++ {
+		for j := 0; j < creates; j++ {
+			name := fmt.Sprintf("warm-%d-%d", i, j)
+			ca := waitStandby(b, e)
+			start := time.Now()
+			e.MustRun("cluster", "create", name)
+			waitReadyz(b, c, name)
+			durations = append(durations, time.Since(start))
+			secret := &corev1.Secret{}
+			if err := c.Get(context.Background(), client.ObjectKey{Namespace: "default", Name: cluster.PKISecretName(name)}, secret); err != nil {
+				b.Fatal(err)
+			}
+			if !bytes.Equal(secret.Data[pki.CACertFile], ca) {
+				b.Fatalf("cluster %s did not take the standby plane", name)
+			}
+		}
+	}
+	sort.Slice(durations, func(i, j int) bool { return durations[i] < durations[j] })
+	p50, p99 := durations[len(durations)/2], durations[len(durations)-1]
+	b.ReportMetric(p50.Seconds(), "s-p50-ready")
+	b.ReportMetric(p99.Seconds(), "s-p99-ready")
+	b.Logf("warm create→readyz over %d clusters: p50 %s, p99 (max of %d) %s; all: %v", len(durations), p50, len(durations), p99, durations)
+}
+
+// waitStandby waits until the warm pool holds one ready plane and returns
+// its CA.
+func waitStandby(b *testing.B, e *testenv.Env) []byte {
+	b.Helper()
+	var ca []byte
+	testenv.Eventually(b, 3*time.Minute, "a ready standby plane", func() error {
+		cm := &corev1.ConfigMap{}
+		if err := e.Client().Get(context.Background(), client.ObjectKey{Namespace: manager.DefaultSystemNamespace, Name: cluster.PoolStatusConfigMap}, cm); err != nil {
+			return err
+		}
+		ready := strings.Split(cm.Data["readyPlanes"], ",")
+		var list corev1.SecretList
+		if err := e.Client().List(context.Background(), &list, client.InNamespace(manager.DefaultSystemNamespace), client.HasLabels{cluster.LabelStandbyPlane}); err != nil {
+			return err
+		}
+		for _, s := range list.Items {
+			if s.Labels[cluster.LabelClaimedBy] == "" && slices.Contains(ready, s.Labels[cluster.LabelStandbyPlane]) {
+				ca = s.Data[pki.CACertFile]
+				return nil
+			}
+		}
+		return fmt.Errorf("no ready standby plane (ready: %q)", cm.Data["readyPlanes"])
+	})
+	return ca
 }

@@ -7,6 +7,8 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"slices"
+	"strings"
 	"net/netip"
 	"time"
 
@@ -489,6 +491,7 @@ func (r *Reconciler) startPlane(ctx context.Context) error {
 // recordPool writes the pool's state into its ConfigMap when it changed.
 func (r *Reconciler) recordPool(ctx context.Context, planes []warmpool.Plane, plan warmpool.Plan) error {
 	ready, starting := 0, 0
+	var readyIDs []string
 	removed := map[string]bool{}
 	for _, id := range plan.Remove {
 		removed[id] = true
@@ -499,6 +502,7 @@ func (r *Reconciler) recordPool(ctx context.Context, planes []warmpool.Plane, pl
 		}
 		if p.Ready {
 			ready++
+			readyIDs = append(readyIDs, p.ID)
 		} else {
 			starting++
 		}
@@ -508,7 +512,7 @@ func (r *Reconciler) recordPool(ctx context.Context, planes []warmpool.Plane, pl
 	}
 	data := map[string]string{
 		"size": fmt.Sprint(r.Warm.Size), "ready": fmt.Sprint(ready), "starting": fmt.Sprint(starting),
-		"version": r.shape().Version,
+		"version": r.shape().Version, "readyPlanes": strings.Join(slices.Sorted(slices.Values(readyIDs)), ","),
 	}
 	cm := &corev1.ConfigMap{}
 	key := client.ObjectKey{Namespace: r.Warm.Namespace, Name: PoolStatusConfigMap}
