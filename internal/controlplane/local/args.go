@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 
 	"fke.dev/fke/internal/controlplane"
 	"fke.dev/fke/internal/encryption"
@@ -219,4 +220,17 @@ clientConnection:
 leaderElection:
   leaderElect: false
 `)
+}
+
+// componentEnv is the environment of a component: this process's, with the
+// Go runtime's memory settings of the component (see memorySettings).
+func componentEnv(component string) []string {
+	env := os.Environ()
+	if v := os.Getenv("FKE_EXP_GOGC"); v != "" {
+		env = append(env, "GOGC="+v)
+	}
+	if v := os.Getenv("FKE_EXP_GOMEMLIMIT_"+strings.ReplaceAll(component, "-", "_")); v != "" {
+		env = append(env, "GOMEMLIMIT="+v)
+	}
+	return env
 }

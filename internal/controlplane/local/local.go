@@ -203,7 +203,7 @@ func (r *Runtime) startMissing(ctx context.Context, spec controlplane.Spec, layo
 		if err != nil {
 			return controlplane.Status{}, fmt.Errorf("starting %s of %s: %w", c, spec.Key, err)
 		}
-		s := supervisor.Spec{Name: name, Path: path, Args: componentArgs(c, layout, spec), LogPath: layout.log(c), Ready: ready[c]}
+		s := supervisor.Spec{Name: name, Path: path, Args: componentArgs(c, layout, spec), Env: componentEnv(c), LogPath: layout.log(c), Ready: ready[c]}
 		if spec.Standby {
 			s.Nice = standbyNice
 		}

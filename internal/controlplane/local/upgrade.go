@@ -127,7 +127,7 @@ func (r *Runtime) restartAt(ctx context.Context, spec controlplane.Spec, l layou
 		}
 		name := processName(spec.Key, component) + "@" + version
 		p, err := r.group.Start(ctx, supervisor.Spec{
-			Name: name, Path: bin, Args: componentArgs(component, l, spec), LogPath: l.log(component),
+			Name: name, Path: bin, Args: componentArgs(component, l, spec), Env: componentEnv(component), LogPath: l.log(component),
 			Ready: supervisor.WaitHTTPReady(fmt.Sprintf("https://127.0.0.1:%d/healthz", port), selfSignedTLS()),
 		})
 		if err != nil {
