@@ -24,6 +24,7 @@ import (
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	cmdutil "k8s.io/kubectl/pkg/cmd/util"
 	"sigs.k8s.io/cli-utils/pkg/apply"
+	"sigs.k8s.io/cli-utils/pkg/apply/event"
 	"sigs.k8s.io/cli-utils/pkg/common"
 	"sigs.k8s.io/cli-utils/pkg/inventory"
 	"sigs.k8s.io/cli-utils/pkg/manifestreader"
@@ -85,16 +86,25 @@ type Result struct {
 	Objects []ObjectResult `json:"objects"`
 	// Ready is true when every object applied (and, with Wait, is Current).
 	Ready bool `json:"ready"`
+	// GaveUp is set when the wait ended before the timeout on a problem
+	// waiting will not cure.
+	GaveUp *GaveUp `json:"gaveUp,omitempty"`
 }
 
 // NotReadyError is returned when objects failed to apply or did not become
 // Current in time; it lists why, one line per object.
 type NotReadyError struct {
 	Lines []string
+	// GaveUp is set when the wait ended early (see Result.GaveUp).
+	GaveUp *GaveUp
 }
 
 func (e *NotReadyError) Error() string {
-	return "not every object is ready:\n  " + strings.Join(e.Lines, "\n  ")
+	head := "not every object is ready"
+	if e.GaveUp != nil {
+		head += fmt.Sprintf(" (stopped waiting after %s: %s cannot become ready)", e.GaveUp.After, e.GaveUp.Object)
+	}
+	return head + ":\n  " + strings.Join(e.Lines, "\n  ")
 }
 
 // Cluster is the tenant cluster the applier talks to.
@@ -193,7 +203,7 @@ func (c *Cluster) Apply(ctx context.Context, objs []*unstructured.Unstructured, 
 	if err != nil {
 		return nil, fmt.Errorf("inventory client: %w", err)
 	}
-	applier, err := apply.NewApplierBuilder().WithFactory(factory).WithInventoryClient(invClient).Build()
+	applier, err := apply.NewApplierBuilder().WithFactory(factory).WithInventoryClient(invClient).WithStatusWatcher(c.statusWatcher()).Build()
 	if err != nil {
 		return nil, fmt.Errorf("applier: %w", err)
 	}
@@ -228,9 +238,17 @@ func (c *Cluster) Apply(ctx context.Context, objs []*unstructured.Unstructured, 
 		}
 		keep = prev.Diff(object.UnstructuredSetToObjMetadataSet(objs))
 	}
-	r := &run{c: c, opts: opts, results: map[object.ObjMetadata]*ObjectResult{}, applied: objs}
+	// A final problem cancels the run: cli-utils ends the wait at once and
+	// skips what comes after it (the prune; the inventory keeps the objects
+	// it would have pruned, for the next deploy).
+	runCtx, stopRun := context.WithCancel(runCtx)
+	defer stopRun()
+	r := &run{c: c, opts: opts, results: map[object.ObjMetadata]*ObjectResult{}, applied: objs, stopRun: stopRun, started: time.Now()}
 	stop := r.watchProblems(runCtx)
 	for ev := range applier.Run(runCtx, inv, objs, ao) {
+		if ev.Type == event.ErrorType && errors.Is(ev.ErrorEvent.Err, context.Canceled) && r.stopped() {
+			continue // the wait this run gave up
+		}
 		if err := r.handle(ctx, ev); err != nil {
 			stop()
 			return nil, err
@@ -322,6 +340,15 @@ func (c *Cluster) live(ctx context.Context, id object.ObjMetadata) (*unstructure
 // diagnose gathers the pods and events of obj's namespace and explains
 // (Diagnose) why obj is not Current. Errors reading them leave it empty.
 func (c *Cluster) diagnose(ctx context.Context, obj *unstructured.Unstructured) []string {
+	var out []string
+	for _, p := range c.assess(ctx, obj) {
+		out = append(out, p.Text)
+	}
+	return out
+}
+
+// assess is diagnose with each problem's key and finality (Assess).
+func (c *Cluster) assess(ctx context.Context, obj *unstructured.Unstructured) []Problem {
 	if obj == nil {
 		return nil
 	}
@@ -336,7 +363,7 @@ func (c *Cluster) diagnose(ctx context.Context, obj *unstructured.Unstructured) 
 			events = list.Items
 		}
 	}
-	return Diagnose(obj, pods, events)
+	return Assess(obj, pods, events)
 }
 
 // podsOf returns the pods a workload selects (its own for a Pod).
