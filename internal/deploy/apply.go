@@ -167,9 +167,13 @@ func inventoryInfo(release string) inventory.Info {
 	cm.SetKind("ConfigMap")
 	cm.SetNamespace(SystemNamespace)
 	cm.SetName(InventoryName(release))
-	cm.SetLabels(map[string]string{common.InventoryLabel: "fke-deploy." + release})
+	cm.SetLabels(map[string]string{common.InventoryLabel: inventoryID(release)})
 	return inventory.WrapInventoryInfoObj(cm)
 }
+
+// inventoryID is the id of release's inventory, which cli-utils writes in
+// the owning-inventory annotation of each object it applies.
+func inventoryID(release string) string { return "fke-deploy." + release }
 
 // ObjectName names an object in progress lines: "Kind name" for
 // cluster-scoped objects, "Kind namespace/name" for the others.
@@ -318,6 +322,32 @@ func (c *Cluster) ensureNamespaces(ctx context.Context, objs []*unstructured.Uns
 		}
 	}
 	return nil
+}
+
+// foreign returns the objects of objs (namespaced ones without a
+// namespace getting namespace) that exist in the cluster and belong to no
+// release: made by another tool, and adopted by an apply. (Objects of
+// another release are never applied nor pruned by this one.)
+func (c *Cluster) foreign(ctx context.Context, objs []*unstructured.Unstructured, namespace string) ([]*unstructured.Unstructured, error) {
+	objs = copyObjects(objs)
+	if err := c.setNamespaces(objs, namespace); err != nil {
+		return nil, err
+	}
+	var out []*unstructured.Unstructured
+	for _, o := range objs {
+		id := object.UnstructuredToObjMetadata(o)
+		live, err := c.live(ctx, id)
+		if meta.IsNoMatchError(err) {
+			continue // a kind whose CRD is in the source: nothing of it exists
+		}
+		if err != nil {
+			return nil, fmt.Errorf("reading %s: %w", idName(id), err)
+		}
+		if live != nil && live.GetAnnotations()[inventory.OwningInventoryKey] == "" {
+			out = append(out, o)
+		}
+	}
+	return out, nil
 }
 
 // live reads an object's current state; nil when it does not exist.
