@@ -42,6 +42,17 @@ type ReleaseSpec struct {
 	// +optional
 	Timeout *metav1.Duration `json:"timeout,omitempty"`
 
+	// UnhealthyTimeout is how long a target may stay unhealthy (its objects
+	// InProgress or Failed) with a revision its stage was healthy with
+	// before the stage rolls back to the revision it was healthy with
+	// before that one, and the revision is not promoted further. A target
+	// whose cluster cannot be read, or whose objects were deleted (drift),
+	// does not count as unhealthy.
+	// +kubebuilder:default="5m"
+	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('1s') && duration(self) <= duration('24h')",message="unhealthyTimeout must be between 1s and 24h, such as 5m"
+	// +optional
+	UnhealthyTimeout *metav1.Duration `json:"unhealthyTimeout,omitempty"`
+
 	// Suspend stops fetching and applying (fke release suspend); the targets
 	// keep what they run.
 	// +optional
@@ -189,6 +200,11 @@ type ReleaseStageStatus struct {
 	// where a failed sync rolls back to.
 	// +optional
 	HealthyRevision string `json:"healthyRevision,omitempty"`
+	// PreviousHealthyRevision is the revision the stage was healthy with
+	// before HealthyRevision: where it goes back to when it turns unhealthy
+	// with HealthyRevision for longer than spec.unhealthyTimeout.
+	// +optional
+	PreviousHealthyRevision string `json:"previousHealthyRevision,omitempty"`
 	// HealthySince is when the stage became healthy with Revision.
 	// +optional
 	HealthySince *metav1.Time `json:"healthySince,omitempty"`
@@ -231,6 +247,11 @@ type ReleaseTargetStatus struct {
 	// Message says what is wrong when Health is not Current.
 	// +optional
 	Message string `json:"message,omitempty"`
+	// UnhealthySince is when the target's objects stopped being Current
+	// (InProgress or Failed); unset while they are Current, or cannot be
+	// read.
+	// +optional
+	UnhealthySince *metav1.Time `json:"unhealthySince,omitempty"`
 	// Drift lists the objects changed by hand since they were applied.
 	// +optional
 	Drift []string `json:"drift,omitempty"`
@@ -276,7 +297,9 @@ const (
 	// False names the problem (RepositoryUnreachable, RevisionNotFound,
 	// PathNotFound, RenderFailed, AuthFailed).
 	ConditionSourceReady = "SourceReady"
-	// ConditionPromoting is False when a stage rolled back and promotion stopped.
+	// ConditionPromoting is False when a stage rolled back (a sync did not
+	// become healthy, or a stage healthy with a revision turned unhealthy
+	// for longer than spec.unhealthyTimeout) and promotion stopped.
 	ConditionPromoting = "Promoting"
 	// ConditionDrifted is True when objects in a target were changed by hand.
 	ConditionDrifted = "Drifted"
@@ -317,8 +340,9 @@ const (
 // DefaultReleaseInterval and DefaultReleaseTimeout apply when a Release
 // leaves them unset.
 const (
-	DefaultReleaseInterval = time.Minute
-	DefaultReleaseTimeout  = 5 * time.Minute
+	DefaultReleaseInterval         = time.Minute
+	DefaultReleaseTimeout          = 5 * time.Minute
+	DefaultReleaseUnhealthyTimeout = 5 * time.Minute
 )
 
 // PollInterval is how often the Release's source is polled.
@@ -335,6 +359,15 @@ func (r *Release) SyncTimeout() time.Duration {
 		return r.Spec.Timeout.Duration
 	}
 	return DefaultReleaseTimeout
+}
+
+// UnhealthyTimeoutDuration is how long a target may be unhealthy with a
+// revision its stage was healthy with before the stage rolls back.
+func (r *Release) UnhealthyTimeoutDuration() time.Duration {
+	if r.Spec.UnhealthyTimeout != nil && r.Spec.UnhealthyTimeout.Duration > 0 {
+		return r.Spec.UnhealthyTimeout.Duration
+	}
+	return DefaultReleaseUnhealthyTimeout
 }
 
 // SoakTime is how long the stage before s must be healthy with a revision.

@@ -144,7 +144,9 @@ directory with --values and --set), apply it with server-side apply (field
 manager fke), CRDs and namespaces first, and wait until every object is
 Current. Each deploy is recorded as a revision of the release (--name,
 default: the base name of PATH) in the cluster: see them with
-` + "`fke releases`" + `, go back with ` + "`fke rollback`" + `. Exits 0 only when every object is ready.
+` + "`fke releases`" + `, go back with ` + "`fke rollback`" + `. Exits 0 only when every object is ready;
+a problem that waiting will not cure (an image the registry says does not
+exist, a failed Job) ends the wait before --timeout.
 
 --dry-run changes nothing: the server checks every object, each one's diff is
 printed, and (with --cluster) the nodes the autoscaled pools would add for
@@ -212,7 +214,7 @@ node autoscaler's own decisions find them.`,
 	cmd.Flags().DurationVar(&timeout, "timeout", 5*time.Minute, "how long to wait")
 	cmd.Flags().BoolVar(&prune, "prune", false, "delete objects an earlier revision applied that the source no longer has")
 	cmd.Flags().BoolVar(&dryRun, "dry-run", false, "server-side dry run: print each object's diff and the capacity it needs; change nothing")
-	cmd.Flags().BoolVar(&rollbackOnFailure, "rollback-on-failure", false, "when the objects do not become ready, apply the last healthy revision again")
+	cmd.Flags().BoolVar(&rollbackOnFailure, "rollback-on-failure", false, "when the objects do not become ready, apply the last healthy revision again (without one, as on a first deploy: remove what the deploy created)")
 	cmd.Flags().StringVarP(&output, "output", "o", "", "json: one JSON document at the end instead of progress lines")
 	return cmd
 }
@@ -254,6 +256,10 @@ func (p *printer) outcome(release string, out *deploy.Outcome, err error) error 
 			doc["revision"], doc["result"] = out.Revision, out.Result
 			if out.RolledBack != 0 {
 				doc["rolledBack"], doc["rolledBackTo"] = out.RolledBack, out.RolledBackTo
+			}
+			var removed *deploy.RemovedError
+			if errors.As(err, &removed) {
+				doc["removed"], doc["kept"] = orEmpty(out.Removed), orEmpty(out.Kept)
 			}
 		}
 		if err != nil {
@@ -342,6 +348,14 @@ func printEstimate(out io.Writer, est *capacity.Estimate) {
 	for _, r := range est.NoRoom {
 		fmt.Fprintln(out, "capacity: no pool can take "+r)
 	}
+}
+
+// orEmpty makes a nil list an empty one, for JSON.
+func orEmpty(s []string) []string {
+	if s == nil {
+		return []string{}
+	}
+	return s
 }
 
 func printJSON(out io.Writer, v any) error {

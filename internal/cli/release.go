@@ -75,6 +75,7 @@ func newReleaseCreateCmd(g *globals) *cobra.Command {
 		stages, valuesFile []string
 		values, secret     string
 		interval, timeout  time.Duration
+		unhealthyTimeout   time.Duration
 	)
 	cmd := &cobra.Command{
 		Use:   "create NAME --repo URL --stage dev=CLUSTER --stage prod=CLUSTER,soak=10m[,approval]",
@@ -115,6 +116,9 @@ func newReleaseCreateCmd(g *globals) *cobra.Command {
 			if timeout > 0 {
 				rel.Spec.Timeout = &metav1.Duration{Duration: timeout}
 			}
+			if unhealthyTimeout > 0 {
+				rel.Spec.UnhealthyTimeout = &metav1.Duration{Duration: unhealthyTimeout}
+			}
 			c, err := g.client()
 			if err != nil {
 				return err
@@ -138,6 +142,7 @@ func newReleaseCreateCmd(g *globals) *cobra.Command {
 	f.StringVar(&rel.Spec.Namespace, "target-namespace", "", "namespace for objects of the source that name none (default default)")
 	f.DurationVar(&interval, "interval", 0, "how often the repository is polled (default 1m)")
 	f.DurationVar(&timeout, "timeout", 0, "how long a sync waits for its objects to be Current before rolling back (default 5m)")
+	f.DurationVar(&unhealthyTimeout, "unhealthy-timeout", 0, "how long a stage healthy with a revision may then be unhealthy before it rolls back to the one before (default 5m)")
 	f.BoolVar(&rel.Spec.CorrectDrift, "correct-drift", false, "apply again objects changed by hand (otherwise drift is only reported)")
 	f.BoolVar(&rel.Spec.Suspend, "suspend", false, "create it suspended")
 	_ = cmd.MarkFlagRequired("repo")
@@ -241,7 +246,7 @@ func describeRelease(ctx context.Context, c client.Client, rel *fkev1.Release, o
 	fmt.Fprintf(tw, "Name:\t%s\n", rel.Name)
 	fmt.Fprintf(tw, "Source:\t%s, revision %s, path %s\n", s.URL, s.Revision, s.Path)
 	fmt.Fprintf(tw, "Revision:\t%s (last fetched %s; newest seen %s)\n", orDash(rel.Status.Revision), ageOrDash(rel.Status.LastFetched), orDash(promotion.Short(rel.Status.LastAttemptedRevision)))
-	fmt.Fprintf(tw, "Interval:\t%s (poll); timeout %s\n", rel.PollInterval(), rel.SyncTimeout())
+	fmt.Fprintf(tw, "Interval:\t%s (poll); timeout %s; unhealthy timeout %s\n", rel.PollInterval(), rel.SyncTimeout(), rel.UnhealthyTimeoutDuration())
 	fmt.Fprintf(tw, "Suspended:\t%v\n", rel.Spec.Suspend)
 	fmt.Fprintf(tw, "Drift:\t%s\n", map[bool]string{true: "corrected", false: "reported"}[rel.Spec.CorrectDrift])
 	if err := tw.Flush(); err != nil {
@@ -266,8 +271,12 @@ func describeRelease(ctx context.Context, c client.Client, rel *fkev1.Release, o
 	fmt.Fprintln(tw, "  STAGE\tCLUSTER\tREVISION\tDEPLOY-REV\tHEALTH\tDRIFT\tMESSAGE")
 	for _, st := range rel.Status.Stages {
 		for _, t := range st.Targets {
+			health := orDash(t.Health)
+			if t.UnhealthySince != nil {
+				health += " for " + age(*t.UnhealthySince)
+			}
 			fmt.Fprintf(tw, "  %s\t%s\t%s\t%d\t%s\t%s\t%s\n", st.Name, t.Cluster, orDash(promotion.Short(t.Revision)), t.DeployRevision,
-				orDash(t.Health), orDash(strings.Join(t.Drift, ", ")), orDash(t.Message))
+				health, orDash(strings.Join(t.Drift, ", ")), orDash(t.Message))
 		}
 	}
 	if err := tw.Flush(); err != nil {

@@ -24,6 +24,7 @@ import (
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	cmdutil "k8s.io/kubectl/pkg/cmd/util"
 	"sigs.k8s.io/cli-utils/pkg/apply"
+	"sigs.k8s.io/cli-utils/pkg/apply/event"
 	"sigs.k8s.io/cli-utils/pkg/common"
 	"sigs.k8s.io/cli-utils/pkg/inventory"
 	"sigs.k8s.io/cli-utils/pkg/manifestreader"
@@ -85,16 +86,25 @@ type Result struct {
 	Objects []ObjectResult `json:"objects"`
 	// Ready is true when every object applied (and, with Wait, is Current).
 	Ready bool `json:"ready"`
+	// GaveUp is set when the wait ended before the timeout on a problem
+	// waiting will not cure.
+	GaveUp *GaveUp `json:"gaveUp,omitempty"`
 }
 
 // NotReadyError is returned when objects failed to apply or did not become
 // Current in time; it lists why, one line per object.
 type NotReadyError struct {
 	Lines []string
+	// GaveUp is set when the wait ended early (see Result.GaveUp).
+	GaveUp *GaveUp
 }
 
 func (e *NotReadyError) Error() string {
-	return "not every object is ready:\n  " + strings.Join(e.Lines, "\n  ")
+	head := "not every object is ready"
+	if e.GaveUp != nil {
+		head += fmt.Sprintf(" (stopped waiting after %s: %s cannot become ready)", e.GaveUp.After, e.GaveUp.Object)
+	}
+	return head + ":\n  " + strings.Join(e.Lines, "\n  ")
 }
 
 // Cluster is the tenant cluster the applier talks to.
@@ -157,9 +167,13 @@ func inventoryInfo(release string) inventory.Info {
 	cm.SetKind("ConfigMap")
 	cm.SetNamespace(SystemNamespace)
 	cm.SetName(InventoryName(release))
-	cm.SetLabels(map[string]string{common.InventoryLabel: "fke-deploy." + release})
+	cm.SetLabels(map[string]string{common.InventoryLabel: inventoryID(release)})
 	return inventory.WrapInventoryInfoObj(cm)
 }
+
+// inventoryID is the id of release's inventory, which cli-utils writes in
+// the owning-inventory annotation of each object it applies.
+func inventoryID(release string) string { return "fke-deploy." + release }
 
 // ObjectName names an object in progress lines: "Kind name" for
 // cluster-scoped objects, "Kind namespace/name" for the others.
@@ -193,7 +207,7 @@ func (c *Cluster) Apply(ctx context.Context, objs []*unstructured.Unstructured, 
 	if err != nil {
 		return nil, fmt.Errorf("inventory client: %w", err)
 	}
-	applier, err := apply.NewApplierBuilder().WithFactory(factory).WithInventoryClient(invClient).Build()
+	applier, err := apply.NewApplierBuilder().WithFactory(factory).WithInventoryClient(invClient).WithStatusWatcher(c.statusWatcher()).Build()
 	if err != nil {
 		return nil, fmt.Errorf("applier: %w", err)
 	}
@@ -228,9 +242,17 @@ func (c *Cluster) Apply(ctx context.Context, objs []*unstructured.Unstructured, 
 		}
 		keep = prev.Diff(object.UnstructuredSetToObjMetadataSet(objs))
 	}
-	r := &run{c: c, opts: opts, results: map[object.ObjMetadata]*ObjectResult{}, applied: objs}
+	// A final problem cancels the run: cli-utils ends the wait at once and
+	// skips what comes after it (the prune; the inventory keeps the objects
+	// it would have pruned, for the next deploy).
+	runCtx, stopRun := context.WithCancel(runCtx)
+	defer stopRun()
+	r := &run{c: c, opts: opts, results: map[object.ObjMetadata]*ObjectResult{}, applied: objs, stopRun: stopRun, started: time.Now()}
 	stop := r.watchProblems(runCtx)
 	for ev := range applier.Run(runCtx, inv, objs, ao) {
+		if ev.Type == event.ErrorType && errors.Is(ev.ErrorEvent.Err, context.Canceled) && r.stopped() {
+			continue // the wait this run gave up
+		}
 		if err := r.handle(ctx, ev); err != nil {
 			stop()
 			return nil, err
@@ -302,6 +324,32 @@ func (c *Cluster) ensureNamespaces(ctx context.Context, objs []*unstructured.Uns
 	return nil
 }
 
+// foreign returns the objects of objs (namespaced ones without a
+// namespace getting namespace) that exist in the cluster and belong to no
+// release: made by another tool, and adopted by an apply. (Objects of
+// another release are never applied nor pruned by this one.)
+func (c *Cluster) foreign(ctx context.Context, objs []*unstructured.Unstructured, namespace string) ([]*unstructured.Unstructured, error) {
+	objs = copyObjects(objs)
+	if err := c.setNamespaces(objs, namespace); err != nil {
+		return nil, err
+	}
+	var out []*unstructured.Unstructured
+	for _, o := range objs {
+		id := object.UnstructuredToObjMetadata(o)
+		live, err := c.live(ctx, id)
+		if meta.IsNoMatchError(err) {
+			continue // a kind whose CRD is in the source: nothing of it exists
+		}
+		if err != nil {
+			return nil, fmt.Errorf("reading %s: %w", idName(id), err)
+		}
+		if live != nil && live.GetAnnotations()[inventory.OwningInventoryKey] == "" {
+			out = append(out, o)
+		}
+	}
+	return out, nil
+}
+
 // live reads an object's current state; nil when it does not exist.
 func (c *Cluster) live(ctx context.Context, id object.ObjMetadata) (*unstructured.Unstructured, error) {
 	m, err := c.Mapper.RESTMapping(id.GroupKind)
@@ -322,6 +370,15 @@ func (c *Cluster) live(ctx context.Context, id object.ObjMetadata) (*unstructure
 // diagnose gathers the pods and events of obj's namespace and explains
 // (Diagnose) why obj is not Current. Errors reading them leave it empty.
 func (c *Cluster) diagnose(ctx context.Context, obj *unstructured.Unstructured) []string {
+	var out []string
+	for _, p := range c.assess(ctx, obj) {
+		out = append(out, p.Text)
+	}
+	return out
+}
+
+// assess is diagnose with each problem's key and finality (Assess).
+func (c *Cluster) assess(ctx context.Context, obj *unstructured.Unstructured) []Problem {
 	if obj == nil {
 		return nil
 	}
@@ -336,7 +393,7 @@ func (c *Cluster) diagnose(ctx context.Context, obj *unstructured.Unstructured) 
 			events = list.Items
 		}
 	}
-	return Diagnose(obj, pods, events)
+	return Assess(obj, pods, events)
 }
 
 // podsOf returns the pods a workload selects (its own for a Pod).

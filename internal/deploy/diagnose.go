@@ -22,20 +22,50 @@ var pullFailures = []string{"ErrImagePull", "ImagePullBackOff", "InvalidImageNam
 // harmlessWaits are waiting reasons of a container on its way to running.
 var harmlessWaits = []string{"", "ContainerCreating", "PodInitializing"}
 
+// Problem is one reason an object is not Current.
+type Problem struct {
+	// Text says it, naming the pod (and how many more share it).
+	Text string
+	// Final is true when waiting will not cure it: an image the registry
+	// says does not exist, an invalid image name, a Job that failed. A
+	// crash loop, a pod no node can take yet or a registry that does not
+	// answer may still come right, and are not final.
+	Final bool
+	// Key names the problem across checks, whose Text may change (the
+	// kubelet alternates ErrImagePull and ImagePullBackOff; more replicas
+	// join).
+	Key string
+}
+
 // Diagnose explains why obj is not Current, from its status, its pods and
 // the events of its namespace (pure). It returns one line per problem found,
 // the most telling first; none when nothing explains it (the caller then
 // shows kstatus' own message).
 func Diagnose(obj *unstructured.Unstructured, pods []corev1.Pod, events []corev1.Event) []string {
-	var out []string
+	ps := Assess(obj, pods, events)
+	out := make([]string, 0, len(ps))
+	for _, p := range ps {
+		out = append(out, p.Text)
+	}
+	if len(out) == 0 {
+		return nil
+	}
+	return out
+}
+
+// Assess is Diagnose with each problem's key and whether it is final
+// (pure).
+func Assess(obj *unstructured.Unstructured, pods []corev1.Pod, events []corev1.Event) []Problem {
+	var out []Problem
 	if obj.GetKind() == "Job" && obj.GroupVersionKind().Group == "batch" {
 		if msg := jobFailed(obj); msg != "" {
-			out = append(out, msg)
+			out = append(out, Problem{Text: msg, Final: true, Key: "job-failed"})
 		}
 	}
 	if obj.GetKind() == "Deployment" {
 		if c := findCondition(obj, "Progressing"); c != nil && c["status"] == "False" && c["reason"] == "ProgressDeadlineExceeded" {
-			out = append(out, fmt.Sprintf("rollout stalled: %v", c["message"]))
+			// Not final: the rollout goes on if its pods come up after all.
+			out = append(out, Problem{Text: fmt.Sprintf("rollout stalled: %v", c["message"]), Key: "rollout-stalled"})
 		}
 	}
 	var problems []podProblem
@@ -48,37 +78,43 @@ func Diagnose(obj *unstructured.Unstructured, pods []corev1.Pod, events []corev1
 // podProblem is one problem of one pod; the same problem of several pods
 // (replicas of one Deployment) is reported once.
 type podProblem struct {
-	pod, text string
+	pod, text, key string
+	final          bool
 }
 
 // groupProblems words each distinct problem once, naming the first pod
-// that has it and how many more do.
-func groupProblems(ps []podProblem) []string {
+// that has it and how many more do; the group is final when one of its
+// pods' problem is.
+func groupProblems(ps []podProblem) []Problem {
 	var order []string
 	pods := map[string][]string{}
+	first := map[string]podProblem{}
+	final := map[string]bool{}
 	for _, p := range ps {
 		if _, ok := pods[p.text]; !ok {
 			order = append(order, p.text)
+			first[p.text] = p
 		}
 		if !slices.Contains(pods[p.text], p.pod) {
 			pods[p.text] = append(pods[p.text], p.pod)
 		}
+		final[p.text] = final[p.text] || p.final
 	}
-	out := make([]string, 0, len(order))
+	out := make([]Problem, 0, len(order))
 	for _, text := range order {
 		who := "pod " + pods[text][0]
 		if n := len(pods[text]) - 1; n > 0 {
 			who += fmt.Sprintf(" (and %d more)", n)
 		}
-		out = append(out, who+": "+text)
+		out = append(out, Problem{Text: who + ": " + text, Final: final[text], Key: first[text].key})
 	}
 	return out
 }
 
 func diagnosePod(p *corev1.Pod, events []corev1.Event) []podProblem {
 	var out []podProblem
-	add := func(format string, args ...any) {
-		out = append(out, podProblem{pod: p.Name, text: fmt.Sprintf(format, args...)})
+	add := func(key string, final bool, format string, args ...any) {
+		out = append(out, podProblem{pod: p.Name, text: fmt.Sprintf(format, args...), key: key, final: final})
 	}
 	for _, c := range p.Status.Conditions {
 		if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse && c.Reason == corev1.PodReasonUnschedulable {
@@ -86,7 +122,7 @@ func diagnosePod(p *corev1.Pod, events []corev1.Event) []podProblem {
 			if ev := latestEvent(events, p, ReasonNotTriggerScaleUp); ev != nil {
 				msg += "; node autoscaler: " + ev.Message
 			}
-			add("%s", msg)
+			add("unschedulable", false, "%s", msg)
 		}
 	}
 	statuses := append(slices.Clone(p.Status.InitContainerStatuses), p.Status.ContainerStatuses...)
@@ -94,23 +130,76 @@ func diagnosePod(p *corev1.Pod, events []corev1.Event) []podProblem {
 		if w := cs.State.Waiting; w != nil {
 			switch {
 			case slices.Contains(pullFailures, w.Reason):
-				add("image %s cannot be pulled (%s)%s", cs.Image, w.Reason, pullDetail(w.Message, events, p))
+				detail := pullDetail(w.Message, events, p)
+				final := PullIsFinal(w.Reason, detail)
+				if !final && w.Reason == "ImagePullBackOff" {
+					// The back-off's own message may not repeat the cause;
+					// the kubelet's latest Failed event does.
+					if ev := latestEvent(events, p, "Failed"); ev != nil {
+						final = PullIsFinal(w.Reason, ev.Message)
+					}
+				}
+				add("image-pull "+cs.Name+" "+cs.Image, final, "image %s cannot be pulled (%s)%s", cs.Image, w.Reason, detail)
 			case w.Reason == "CrashLoopBackOff":
-				add("container %s is crash-looping (restarts: %d%s)", cs.Name, cs.RestartCount, lastExit(cs))
+				add("crash-loop "+cs.Name, false, "container %s is crash-looping (restarts: %d%s)", cs.Name, cs.RestartCount, lastExit(cs))
 			case !slices.Contains(harmlessWaits, w.Reason):
-				add("container %s is waiting: %s%s", cs.Name, w.Reason, colon(w.Message))
+				add("waiting "+cs.Name+" "+w.Reason, false, "container %s is waiting: %s%s", cs.Name, w.Reason, colon(w.Message))
 			}
 		}
 		if last := cs.LastTerminationState.Terminated; cs.State.Running != nil && cs.RestartCount > 0 && last != nil && last.ExitCode != 0 {
 			// Between two crashes of a crash loop the container runs: the same
 			// crash loop, told the same way.
-			add("container %s is crash-looping (restarts: %d%s)", cs.Name, cs.RestartCount, lastExit(cs))
+			add("crash-loop "+cs.Name, false, "container %s is crash-looping (restarts: %d%s)", cs.Name, cs.RestartCount, lastExit(cs))
 		}
 		if t := cs.State.Terminated; t != nil && t.ExitCode != 0 && p.Spec.RestartPolicy == corev1.RestartPolicyNever {
-			add("container %s failed (exit code %d%s)", cs.Name, t.ExitCode, colon(t.Reason))
+			// A pod that never restarts: its Job (or owner) may make another,
+			// so the pod alone is not final; a failed Job is.
+			add("failed "+cs.Name, false, "container %s failed (exit code %d%s)", cs.Name, t.ExitCode, colon(t.Reason))
 		}
 	}
 	return out
+}
+
+// PullIsFinal says whether a failed pull will fail again however often
+// the kubelet retries it (pure), from the container's waiting reason and
+// the kubelet's message: the image name is invalid, the pull policy
+// forbids pulling an image the node lacks, or the registry answered that
+// the repository or tag does not exist. A registry that does not answer,
+// refuses the credentials (a pull Secret may come) or limits the rate is
+// not final.
+func PullIsFinal(reason, message string) bool {
+	switch reason {
+	case "InvalidImageName", "ErrImageNeverPull":
+		return true
+	case "ErrImagePull", "ImagePullBackOff":
+	default:
+		return false
+	}
+	m := strings.ToLower(message)
+	for _, transient := range transientPull {
+		if strings.Contains(m, transient) {
+			return false
+		}
+	}
+	for _, gone := range missingImage {
+		if strings.Contains(m, gone) {
+			return true
+		}
+	}
+	return false
+}
+
+// missingImage are what registries and container runtimes say of an
+// image that does not exist (the distribution spec's MANIFEST_UNKNOWN and
+// NAME_UNKNOWN, containerd's "not found", Docker Hub's "repository does
+// not exist").
+var missingImage = []string{"not found", "manifest unknown", "name unknown", "does not exist", "invalid reference format"}
+
+// transientPull are the words of a pull that may work when tried again.
+var transientPull = []string{
+	"timeout", "timed out", "connection refused", "connection reset", "no such host", "network is unreachable",
+	"i/o timeout", "tls handshake", "too many requests", "toomanyrequests", "unauthorized", "authentication required",
+	"denied", "forbidden", "service unavailable", "bad gateway", "internal server error", "eof",
 }
 
 // pullDetail is the kubelet's own message for a failed pull: the

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -26,7 +27,9 @@ type Request struct {
 	// Source says where it was rendered from, for `fke releases`.
 	Source string
 	// RollbackOnFailure applies the last healthy revision again (with
-	// prune) when this one does not become ready.
+	// prune) when this one does not become ready; when the release has no
+	// healthy revision (a first deploy), it removes what the failed
+	// revisions created instead.
 	RollbackOnFailure bool
 }
 
@@ -39,6 +42,11 @@ type Outcome struct {
 	// (0 when none), and RolledBackTo the revision it applied again.
 	RolledBack   int `json:"rolledBack,omitempty"`
 	RolledBackTo int `json:"rolledBackTo,omitempty"`
+	// Removed lists what --rollback-on-failure deleted when there was no
+	// healthy revision to return to, and Kept the objects of the source
+	// that existed before the release had them (left in place).
+	Removed []string `json:"removed,omitempty"`
+	Kept    []string `json:"kept,omitempty"`
 }
 
 // ValidateRelease checks a release name: it names a ConfigMap and Secrets.
@@ -74,6 +82,14 @@ func (d *Deployer) Deploy(ctx context.Context, req Request) (*Outcome, error) {
 	if err != nil {
 		return nil, err
 	}
+	// Without a healthy revision, a rollback removes what this deploy
+	// creates: note first what exists that the release does not own.
+	var foreign []*unstructured.Unstructured
+	if req.RollbackOnFailure && !HasHealthy(revs) {
+		if foreign, err = d.Cluster.foreign(ctx, req.Rendered.Objects, req.Namespace); err != nil {
+			return nil, err
+		}
+	}
 	rev := Revision{
 		Release: req.Release, Number: NextRevision(revs), Status: StatusPending,
 		Digest: req.Rendered.Digest, Source: req.Source, Kind: req.Rendered.Kind,
@@ -91,6 +107,9 @@ func (d *Deployer) Deploy(ctx context.Context, req Request) (*Outcome, error) {
 	if err != nil {
 		return out, errors.Join(applyErr, err)
 	}
+	if !HasHealthy(revs) {
+		return d.remove(ctx, req, out, applyErr, foreign)
+	}
 	target, err := RollbackTarget(revs, 0)
 	if err != nil {
 		return out, fmt.Errorf("%w\nno rollback: %v", applyErr, err)
@@ -104,6 +123,66 @@ func (d *Deployer) Deploy(ctx context.Context, req Request) (*Outcome, error) {
 	}
 	out.RolledBack, out.RolledBackTo = rb.Revision, target.Number
 	return out, fmt.Errorf("%w\nrolled back to revision %d (recorded as revision %d)", applyErr, target.Number, rb.Revision)
+}
+
+// remove is --rollback-on-failure without a healthy revision to return
+// to: it prunes the release's inventory down to the objects of the source
+// that existed before the release had them (foreign; they stay, as the
+// failed deploy left them), so a failed first deploy leaves nothing
+// half-made. The failed revision stays recorded.
+func (d *Deployer) remove(ctx context.Context, req Request, out *Outcome, applyErr error, foreign []*unstructured.Unstructured) (*Outcome, error) {
+	if req.Progress != nil {
+		req.Progress(Progress{Object: "release " + req.Release, Action: "rollback", Message: "no healthy revision to return to: removing what this deploy created"})
+	}
+	// Its own context: a deploy cut short by its timeout still cleans up.
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Minute)
+	defer cancel()
+	res, err := d.Cluster.Apply(rctx, foreign, Options{Release: req.Release, Namespace: req.Namespace, Prune: true, Progress: req.Progress})
+	if res != nil {
+		for _, o := range res.Objects {
+			switch o.Action {
+			case "pruned":
+				out.Removed = append(out.Removed, o.Object)
+			case "applied", "unchanged":
+				out.Kept = append(out.Kept, o.Object)
+			}
+		}
+	}
+	if err != nil {
+		return out, fmt.Errorf("%w\nno healthy revision to return to, and removing what this deploy created failed: %v", applyErr, err)
+	}
+	if out.Revision > 0 {
+		note := "removed (no healthy revision to return to): " + firstLine(applyErr)
+		if err := d.store().SetStatus(rctx, req.Release, out.Revision, StatusFailed, note); err != nil {
+			return out, errors.Join(applyErr, err)
+		}
+	}
+	msg := fmt.Sprintf("%v\nno healthy revision to return to: removed the %d object(s) this deploy created", applyErr, len(out.Removed))
+	if len(out.Kept) > 0 {
+		msg += fmt.Sprintf("; kept %d that existed before it, as it left them: %s", len(out.Kept), strings.Join(out.Kept, ", "))
+	}
+	return out, &RemovedError{Err: applyErr, msg: msg}
+}
+
+// RemovedError is a failed deploy whose objects --rollback-on-failure
+// removed, there being no healthy revision to return to.
+type RemovedError struct {
+	Err error
+	msg string
+}
+
+func (e *RemovedError) Error() string { return e.msg }
+func (e *RemovedError) Unwrap() error { return e.Err }
+
+// HasHealthy reports whether a release has a revision that became ready
+// (pure): one a rollback can return to.
+func HasHealthy(revs []Revision) bool {
+	for _, r := range revs {
+		if r.Status == StatusDeployed || r.Status == StatusSuperseded {
+			return true
+		}
+	}
+	return false
 }
 
 // Rollback applies revision to (0: the last healthy one before the latest,

@@ -93,3 +93,22 @@ func TestExpired(t *testing.T) {
 		})
 	}
 }
+
+func TestHasHealthy(t *testing.T) {
+	tests := []struct {
+		name string
+		revs []Revision
+		want bool
+	}{
+		{"no revisions", nil, false},
+		{"a failed first deploy", []Revision{{Number: 1, Status: StatusFailed}}, false},
+		{"two failed, one pending", []Revision{{Number: 1, Status: StatusFailed}, {Number: 2, Status: StatusFailed}, {Number: 3, Status: StatusPending}}, false},
+		{"one deployed", []Revision{{Number: 1, Status: StatusDeployed}, {Number: 2, Status: StatusFailed}}, true},
+		{"superseded counts", []Revision{{Number: 1, Status: StatusSuperseded}, {Number: 2, Status: StatusFailed}}, true},
+	}
+	for _, tt := range tests {
+		if got := HasHealthy(tt.revs); got != tt.want {
+			t.Errorf("%s: HasHealthy = %v, want %v", tt.name, got, tt.want)
+		}
+	}
+}

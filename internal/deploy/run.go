@@ -28,6 +28,23 @@ type run struct {
 	waiting map[object.ObjMetadata]*unstructured.Unstructured
 	// told are the problems already reported per object, in order.
 	told map[object.ObjMetadata][]string
+
+	// final counts the checks that saw each final problem; stopRun ends
+	// the apply's wait once one was seen often enough, and gaveUp says
+	// why (nil while waiting).
+	final   finalTracker
+	stopRun func()
+	started time.Time
+	gaveUp  *GaveUp
+}
+
+// GaveUp says why a deploy stopped waiting before its timeout.
+type GaveUp struct {
+	// Object is the object with the final problem, and Reason the problem.
+	Object string `json:"object"`
+	Reason string `json:"reason"`
+	// After is how long the deploy had waited.
+	After time.Duration `json:"after"`
 }
 
 func (r *run) result(id object.ObjMetadata) *ObjectResult {
@@ -228,10 +245,28 @@ func (r *run) waitJobs(ctx context.Context) {
 	}
 }
 
+// giveUp ends the wait: a problem that waiting will not cure decides the
+// deploy now rather than at the timeout. Called with r.mu held.
+func (r *run) giveUp(object, reason string) {
+	r.gaveUp = &GaveUp{Object: object, Reason: reason, After: time.Since(r.started).Round(100 * time.Millisecond)}
+	r.progress(Progress{Object: object, Action: "failed", Message: reason + " (final: not waiting for the timeout)"})
+	if r.stopRun != nil {
+		r.stopRun()
+	}
+}
+
+// stopped reports whether the run gave up waiting.
+func (r *run) stopped() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.gaveUp != nil
+}
+
 // watchProblems looks every two seconds at the pods of the objects not yet
 // Current and reports each new problem once (an image that cannot be
 // pulled, a crash loop, a pod no node can take), so a user sees why before
-// the timeout.
+// the timeout; a final problem (see Problem) seen on FinalChecks checks
+// ends the wait (giveUp).
 func (r *run) watchProblems(ctx context.Context) (stop func()) {
 	if !r.opts.Wait || r.opts.DryRun {
 		return func() {}
@@ -255,14 +290,17 @@ func (r *run) watchProblems(ctx context.Context) (stop func()) {
 			}
 			r.mu.Unlock()
 			for id, obj := range pending {
-				lines := r.c.diagnose(ctx, obj)
+				problems := r.c.assess(ctx, obj)
 				r.mu.Lock()
 				if r.isWaiting(id) {
-					for _, l := range lines {
-						if !slices.Contains(r.told[id], l) {
-							r.told[id] = append(r.told[id], l)
-							r.progress(Progress{Object: idName(id), Action: "problem", Message: l})
+					for _, p := range problems {
+						if !slices.Contains(r.told[id], p.Text) {
+							r.told[id] = append(r.told[id], p.Text)
+							r.progress(Progress{Object: idName(id), Action: "problem", Message: p.Text})
 						}
+					}
+					if final := r.final.observe(idName(id), problems); len(final) > 0 && r.gaveUp == nil {
+						r.giveUp(idName(id), final[0].Text)
 					}
 				}
 				r.mu.Unlock()
@@ -299,8 +337,9 @@ func (r *run) finish(ctx context.Context) (*Result, error) {
 		}
 		res.Objects = append(res.Objects, *o)
 	}
+	res.GaveUp = r.gaveUp
 	if !res.Ready {
-		return res, &NotReadyError{Lines: lines}
+		return res, &NotReadyError{Lines: lines, GaveUp: r.gaveUp}
 	}
 	return res, nil
 }
@@ -330,6 +369,9 @@ func (r *run) explain(ctx context.Context, id object.ObjMetadata, o *ObjectResul
 	}
 	if len(o.Problems) == 0 && st.Message != "" {
 		o.Problems = []string{st.Message}
+	}
+	if len(o.Problems) == 0 && r.gaveUp != nil {
+		o.Problems = []string{"not Current after " + r.gaveUp.After.String()}
 	}
 	if len(o.Problems) == 0 {
 		o.Problems = []string{"not Current after " + r.opts.Timeout.String()}

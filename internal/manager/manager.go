@@ -200,7 +200,7 @@ func Run(ctx context.Context, opts Options) error {
 	}
 
 	releases := &releasecontroller.Reconciler{
-		Client: mgr.GetClient(), Clusters: tenantConfigs{tenants}, Recorder: mgr.GetEventRecorder("fke-release"),
+		Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Clusters: tenantConfigs{tenants}, Recorder: mgr.GetEventRecorder("fke-release"),
 		CacheDir: filepath.Join(opts.DataDir, "releases"),
 	}
 	if err := releases.SetupWithManager(mgr); err != nil {

@@ -29,8 +29,10 @@ type Stage struct {
 	// HealthySince says since when.
 	Healthy      bool
 	HealthySince time.Time
-	// HealthyRevision is the last revision the stage was healthy with.
-	HealthyRevision string
+	// HealthyRevision is the last revision the stage was healthy with, and
+	// PreviousHealthyRevision the one it was healthy with before.
+	HealthyRevision         string
+	PreviousHealthyRevision string
 	// FailedRevision failed here: it is not tried again.
 	FailedRevision string
 }
@@ -101,6 +103,10 @@ func offered(in Input, i int) (next, blocked string, after time.Duration) {
 	if prev.Revision == "" {
 		return "", fmt.Sprintf("stage %s has no revision yet", prev.Name), 0
 	}
+	if prev.Revision == prev.FailedRevision {
+		// It failed there and nothing healthier was left to go back to.
+		return "", fmt.Sprintf("revision %s failed in stage %s; waiting for a new revision", Short(prev.Revision), prev.Name), 0
+	}
 	if !prev.Healthy {
 		return prev.Revision, fmt.Sprintf("waiting for stage %s to be healthy with %s", prev.Name, Short(prev.Revision)), 0
 	}
@@ -118,6 +124,63 @@ func Rollback(s Stage, failed string) (to string, ok bool) {
 		return "", false
 	}
 	return s.HealthyRevision, true
+}
+
+// Target is what the regression check needs of one target of a stage.
+type Target struct {
+	Cluster string
+	// Revision is what the target runs.
+	Revision string
+	// UnhealthySince is when the target's objects stopped being Current;
+	// zero while they are, or while they cannot be read.
+	UnhealthySince time.Time
+}
+
+// Regression is what to do about a stage whose targets turned unhealthy
+// with a revision the stage had been healthy with.
+type Regression struct {
+	// Failed is the revision that turned unhealthy for longer than the
+	// timeout: it is not promoted further. "" when nothing is to do.
+	Failed string
+	// To is where the stage goes back to (its previous healthy revision);
+	// "" when it has none, and then it stays where it is.
+	To string
+	// Targets are the clusters unhealthy past the timeout.
+	Targets []string
+	// After, when positive, is when to look again (a timeout ending).
+	After time.Duration
+}
+
+// Regressed decides whether stage s, healthy with its revision once,
+// must roll back because a target running it has been unhealthy for
+// longer than timeout. A stage that never was healthy with its revision
+// is left to the sync's own rollback; a revision that already failed here
+// is not judged twice.
+func Regressed(s Stage, targets []Target, timeout time.Duration, now time.Time) Regression {
+	var out Regression
+	if s.Revision == "" || s.HealthyRevision != s.Revision || s.Revision == s.FailedRevision {
+		return out
+	}
+	for _, t := range targets {
+		if t.Revision != s.Revision || t.UnhealthySince.IsZero() {
+			continue
+		}
+		if left := timeout - now.Sub(t.UnhealthySince); left > 0 {
+			if out.After == 0 || left < out.After {
+				out.After = left
+			}
+			continue
+		}
+		out.Targets = append(out.Targets, t.Cluster)
+	}
+	if len(out.Targets) == 0 {
+		return out
+	}
+	out.Failed, out.After = s.Revision, 0
+	if to := s.PreviousHealthyRevision; to != "" && to != s.Revision && to != s.FailedRevision {
+		out.To = to
+	}
+	return out
 }
 
 // Short is a commit hash cut to 12 characters, as status lines show it.

@@ -119,6 +119,14 @@ func TestDecide(t *testing.T) {
 			want: []want{{rev: "b2"}, {rev: "a1", pending: "b2", waiting: "waiting for stage dev to be healthy with b2"}},
 		},
 		{
+			name: "a revision that failed in dev with nothing to go back to is not handed on, even once healthy",
+			in: Input{Source: "a1", Now: t0.Add(time.Hour), Stages: []Stage{dev(func(s *Stage) {
+				healthy("a1", t0)(s)
+				s.FailedRevision = "a1"
+			}), prod(nil)}},
+			want: []want{{rev: "a1"}, {waiting: "revision a1 failed in stage dev"}},
+		},
+		{
 			name: "suspended: nothing moves",
 			in:   Input{Source: "b2", Suspended: true, Now: t0.Add(time.Hour), Stages: []Stage{dev(healthy("a1", t0)), prod(healthy("a1", t0))}},
 			want: []want{{rev: "a1", pending: "b2", waiting: "suspended"}, {rev: "a1"}},
@@ -163,5 +171,56 @@ func TestRollback(t *testing.T) {
 		if to != tc.to || ok != tc.ok {
 			t.Errorf("Rollback(%+v, %s) = %s, %v; want %s, %v", tc.s, tc.failed, to, ok, tc.to, tc.ok)
 		}
+	}
+}
+
+func TestRegressed(t *testing.T) {
+	const timeout = time.Minute
+	// dev was healthy with b2, and with a1 before it.
+	stage := func(mut func(*Stage)) Stage {
+		s := Stage{Name: "dev", Revision: "b2", HealthyRevision: "b2", PreviousHealthyRevision: "a1"}
+		if mut != nil {
+			mut(&s)
+		}
+		return s
+	}
+	sick := func(cluster, rev string, since time.Duration) Target {
+		return Target{Cluster: cluster, Revision: rev, UnhealthySince: t0.Add(-since)}
+	}
+	well := func(cluster, rev string) Target { return Target{Cluster: cluster, Revision: rev} }
+	cases := []struct {
+		name    string
+		stage   Stage
+		targets []Target
+		want    Regression
+	}{
+		{name: "all healthy", stage: stage(nil), targets: []Target{well("dev-a", "b2"), well("dev-b", "b2")}},
+		{name: "unhealthy within the timeout: look again when it ends", stage: stage(nil),
+			targets: []Target{sick("dev-a", "b2", 20*time.Second), sick("dev-b", "b2", 50*time.Second)},
+			want:    Regression{After: 10 * time.Second}},
+		{name: "unhealthy past the timeout: back to the previous healthy revision", stage: stage(nil),
+			targets: []Target{well("dev-a", "b2"), sick("dev-b", "b2", timeout)},
+			want:    Regression{Failed: "b2", To: "a1", Targets: []string{"dev-b"}}},
+		{name: "no earlier healthy revision: promotion stops, nothing to go back to", stage: stage(func(s *Stage) { s.PreviousHealthyRevision = "" }),
+			targets: []Target{sick("dev-a", "b2", 2*timeout)},
+			want:    Regression{Failed: "b2", Targets: []string{"dev-a"}}},
+		{name: "never healthy with its revision: the sync's own rollback handles it", stage: stage(func(s *Stage) { s.HealthyRevision = "a1" }),
+			targets: []Target{sick("dev-a", "b2", 2*timeout)}},
+		{name: "already failed here: not judged twice", stage: stage(func(s *Stage) { s.FailedRevision = "b2" }),
+			targets: []Target{sick("dev-a", "b2", 2*timeout)}},
+		{name: "a target still on another revision does not count", stage: stage(nil),
+			targets: []Target{sick("dev-new", "a1", 2*timeout)}},
+		{name: "the previous healthy revision failed since: nowhere to go", stage: stage(func(s *Stage) { s.PreviousHealthyRevision = "b2" }),
+			targets: []Target{sick("dev-a", "b2", 2*timeout)},
+			want:    Regression{Failed: "b2", Targets: []string{"dev-a"}}},
+		{name: "nothing deployed yet", stage: Stage{Name: "dev"}, targets: []Target{well("dev-a", "")}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			got := Regressed(tc.stage, tc.targets, timeout, t0)
+			if got.Failed != tc.want.Failed || got.To != tc.want.To || got.After != tc.want.After || strings.Join(got.Targets, ",") != strings.Join(tc.want.Targets, ",") {
+				t.Errorf("got %+v, want %+v", got, tc.want)
+			}
+		})
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
@@ -78,6 +79,7 @@ type revisionDoc struct {
 	Revision int    `json:"revision"`
 	Status   string `json:"status"`
 	Source   string `json:"source"`
+	Message  string `json:"message"`
 }
 
 func releases(t *testing.T, e *testenv.Env, args ...string) []revisionDoc {
@@ -289,6 +291,77 @@ spec:
 		}
 	})
 
+	t.Run("a first deploy that fails with --rollback-on-failure removes what it created", func(t *testing.T) {
+		// A ConfigMap made by hand before: the deploy adopts it, the
+		// removal leaves it (it was not the deploy's to delete).
+		handmade := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "handmade", Namespace: "default"}, Data: map[string]string{"mode": "by hand"}}
+		if _, err := cs.CoreV1().ConfigMaps("default").Create(context.Background(), handmade, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		src := writeSource(t, map[string]string{"app.yaml": `apiVersion: v1
+kind: Namespace
+metadata:
+  name: firsttry
+---
+apiVersion: v1
+kind: ConfigMap
+metadata:
+  name: settings
+  namespace: firsttry
+data:
+  mode: new
+---
+apiVersion: v1
+kind: ConfigMap
+metadata:
+  name: handmade
+  namespace: default
+data:
+  mode: from fke
+---
+apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: web
+  namespace: firsttry
+spec:
+  replicas: 1
+  selector: {matchLabels: {app: web}}
+  template:
+    metadata: {labels: {app: web}}
+    spec:
+      nodeSelector: {fke.dev/no-such-node: "true"}
+      containers:
+      - name: web
+        image: registry.local/web:1
+`})
+		out := e.RunFail("deploy", "-f", src, "--cluster", "apps", "--name", "firsttry", "--timeout", "10s", "--rollback-on-failure")
+		for _, want := range []string{
+			"Deployment firsttry/web (InProgress): pod web-",
+			"rollback  release firsttry: no healthy revision to return to: removing what this deploy created",
+			"pruned    Deployment firsttry/web",
+			"no healthy revision to return to: removed the 3 object(s) this deploy created; kept 1 that existed before it, as it left them: ConfigMap default/handmade",
+		} {
+			if !strings.Contains(out, want) {
+				t.Fatalf("want %q in:\n%s", want, out)
+			}
+		}
+		testenv.Eventually(t, 60*time.Second, "namespace firsttry gone", func() error {
+			_, err := cs.CoreV1().Namespaces().Get(context.Background(), "firsttry", metav1.GetOptions{})
+			if apierrors.IsNotFound(err) {
+				return nil
+			}
+			return fmt.Errorf("namespace firsttry still there (err %v)", err)
+		})
+		if _, ok := configMapData(t, cs, "default", "handmade"); !ok {
+			t.Fatal("the removal deleted ConfigMap handmade, which existed before the deploy")
+		}
+		docs := releases(t, e, "--cluster", "apps", "--name", "firsttry")
+		if len(docs) != 1 || docs[0].Status != "failed" || !strings.Contains(docs[0].Message, "removed (no healthy revision to return to)") {
+			t.Fatalf("revisions of firsttry: %+v", docs)
+		}
+	})
+
 	t.Run("dry run of a smaller app shows the nodes it frees", func(t *testing.T) {
 		// 10 pods × 1 GPU run on the 2 GPU nodes; v1 has 2 CPU-only pods.
 		out := e.MustRun("deploy", "-f", v1, "--cluster", "apps", "--name", "shop", "--prune", "--dry-run")
@@ -419,7 +492,13 @@ spec:
 		if !strings.Contains(out, "created   Widget widgets/w1") || !strings.Contains(out, "dry run: nothing was changed") {
 			t.Fatalf("dry run of a CRD and its object:\n%s", out)
 		}
+		start := time.Now()
 		out = e.MustRun("deploy", "-f", src, "--cluster", "apps", "--name", "widgets", "--timeout", "60s")
+		// The status watch of a kind this apply creates may miss the
+		// Widget; the re-read every 2 s finds it Current all the same.
+		if took := time.Since(start); took > 20*time.Second {
+			t.Fatalf("a CRD and its object took %s to be ready (--timeout 60s):\n%s", took, out)
+		}
 		crd, widget := strings.Index(out, "ready     CustomResourceDefinition widgets.example.fke.dev"), strings.Index(out, "applied   Widget widgets/w1")
 		if crd < 0 || widget < 0 || widget < crd {
 			t.Fatalf("want the CRD ready before the Widget is applied:\n%s", out)

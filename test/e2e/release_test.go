@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
@@ -346,6 +347,179 @@ func TestRelease(t *testing.T) {
 		}
 		if out := e.MustRun("releases", "--cluster", "dev"); strings.Contains(out, "norender") || strings.Contains(out, "nopath") {
 			t.Errorf("a bad release left a revision in dev:\n%s", out)
+		}
+	})
+}
+
+// versionedApp is releaseApp whose pod template carries the version, so
+// each commit rolls out new pods.
+func versionedApp(mode string) map[string]string {
+	files := releaseApp(mode, false)
+	files["app/app.yaml"] = strings.Replace(files["app/app.yaml"], "    metadata: {labels: {app: web}}",
+		fmt.Sprintf("    metadata: {labels: {app: web}, annotations: {fke.dev/version: %s}}", mode), 1)
+	return files
+}
+
+// setPodsOf writes into the status of the shop/web pods of version mode
+// what the kubelet reports of a container that crash-loops (crashing) or
+// runs and is ready. kwok runs no containers, and its pod stages leave the
+// status of a Running pod alone, so what is written stays.
+func setPodsOf(t *testing.T, cs kubernetes.Interface, mode string, crashing bool) {
+	t.Helper()
+	ctx := context.Background()
+	pods, err := cs.CoreV1().Pods("shop").List(ctx, metav1.ListOptions{LabelSelector: "app=web"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for i := range pods.Items {
+		p := &pods.Items[i]
+		if p.Annotations["fke.dev/version"] != mode || p.DeletionTimestamp != nil {
+			continue
+		}
+		n++
+		ready := corev1.ConditionTrue
+		cs0 := corev1.ContainerStatus{Name: "web", Image: p.Spec.Containers[0].Image, Ready: true, RestartCount: 3,
+			State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: metav1.Now()}}}
+		if crashing {
+			ready = corev1.ConditionFalse
+			cs0.Ready, cs0.State = false, corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "CrashLoopBackOff", Message: "back-off 40s restarting failed container=web"}}
+			cs0.LastTerminationState = corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 1, Reason: "Error"}}
+		}
+		p.Status.ContainerStatuses = []corev1.ContainerStatus{cs0}
+		for j := range p.Status.Conditions {
+			if c := &p.Status.Conditions[j]; c.Type == corev1.PodReady || c.Type == corev1.ContainersReady {
+				c.Status, c.LastTransitionTime = ready, metav1.Now()
+			}
+		}
+		if _, err := cs.CoreV1().Pods("shop").UpdateStatus(ctx, p, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n == 0 {
+		t.Fatalf("no pod of shop/web %s", mode)
+	}
+}
+
+// TestReleaseUnhealthyAfterSync: a revision that became healthy in dev and
+// then turns unhealthy there (its container starts crash-looping) rolls
+// dev back to the revision before once it has been unhealthy for
+// unhealthyTimeout, says so, and never reaches prod; an unhealthy spell
+// shorter than the timeout changes nothing.
+func TestReleaseUnhealthyAfterSync(t *testing.T) {
+	e := testenv.Up(t)
+	for _, name := range []string{"dev", "prod"} {
+		e.MustRun("cluster", "create", name, "--wait", "--metrics-server=false", "--nodepool", "name=cpu,type=cpu-medium,replicas=1")
+	}
+	c := e.Client()
+	dev := e.Tenant("dev")
+	repo := testenv.NewGitRepo(t)
+	c1 := repo.Commit(t, "v1", versionedApp("v1"))
+	const soak, unhealthyTimeout = 20 * time.Second, 6 * time.Second
+
+	t.Run("CEL refuses an unhealthy timeout out of bounds", func(t *testing.T) {
+		out := e.RunFail("release", "create", "bad", "--repo", repo.URL(), "--stage", "dev=dev", "--unhealthy-timeout", "48h")
+		if !strings.Contains(out, "unhealthyTimeout must be between 1s and 24h") {
+			t.Errorf("want the unhealthyTimeout rule in:\n%s", out)
+		}
+	})
+
+	e.MustRun("release", "create", "shop", "--repo", repo.URL(), "--path", "app", "--interval", "2s", "--timeout", "30s",
+		"--unhealthy-timeout", unhealthyTimeout.String(), "--stage", "dev=dev", "--stage", fmt.Sprintf("prod=prod,soak=%s", soak))
+	testenv.Eventually(t, 90*time.Second, "prod runs v1", func() error { return stageRuns(getRelease(t, c, "shop"), "prod", c1) })
+
+	c2 := repo.Commit(t, "v2", versionedApp("v2"))
+	e.MustRun("release", "sync", "shop", "--wait")
+	testenv.Eventually(t, 60*time.Second, "dev runs v2", func() error { return stageRuns(getRelease(t, c, "shop"), "dev", c2) })
+
+	t.Run("v2 turns unhealthy in dev: rolled back to v1 after the timeout, never promoted", func(t *testing.T) {
+		setPodsOf(t, dev, "v2", true)
+		broke := time.Now()
+		testenv.Eventually(t, 60*time.Second, "dev rolled back to v1", func() error {
+			rel := getRelease(t, c, "shop")
+			if cond := condition(rel, fkev1.ConditionPromoting); cond.Reason != fkev1.ReasonRolledBack {
+				return fmt.Errorf("Promoting %s %s: %s", cond.Status, cond.Reason, cond.Message)
+			}
+			if st := stageOf(rel, "dev"); st.FailedRevision != c2 {
+				return fmt.Errorf("dev failed revision %.12s", st.FailedRevision)
+			}
+			return stageRuns(rel, "dev", c1)
+		})
+		took := time.Since(broke)
+		t.Logf("FIGURE unhealthy after a healthy sync -> rolled back and healthy again: %s (unhealthyTimeout %s, interval 2s)", took.Round(100*time.Millisecond), unhealthyTimeout)
+		if took < unhealthyTimeout {
+			t.Fatalf("rolled back %s after the pods broke, before the unhealthy timeout of %s", took, unhealthyTimeout)
+		}
+		rel := getRelease(t, c, "shop")
+		msg := condition(rel, fkev1.ConditionPromoting).Message
+		for _, want := range []string{
+			"stage dev: revision " + c2[:12] + " was healthy, then unhealthy for more than 6s",
+			"container web is crash-looping (restarts: 3; last exit code 1 Error)",
+			"rolled back to " + c1[:12], "promotion of " + c2[:12] + " stopped",
+		} {
+			if !strings.Contains(msg, want) {
+				t.Errorf("want %q in the Promoting condition: %s", want, msg)
+			}
+		}
+		if got := modeIn(t, dev); got != "v1" {
+			t.Fatalf("dev ConfigMap mode %q after the rollback, want v1", got)
+		}
+		out := e.MustRun("release", "get", "shop")
+		if !strings.Contains(out, "RolledBack") || !strings.Contains(out, "was healthy, then unhealthy") {
+			t.Errorf("want the rollback and its event in fke release get:\n%s", out)
+		}
+		// Past the soak dev is healthy with v1 again; prod still runs v1 and
+		// was never given v2.
+		testenv.Eventually(t, 60*time.Second, "a soak after the rollback", func() error {
+			since := stageOf(getRelease(t, c, "shop"), "dev").HealthySince
+			if since == nil || time.Since(since.Time) < soak+2*time.Second {
+				return fmt.Errorf("dev healthy since %v", since)
+			}
+			return nil
+		})
+		rel = getRelease(t, c, "shop")
+		if p := stageOf(rel, "prod"); p.Revision != c1 || p.Pending != "" {
+			t.Fatalf("prod: revision %.12s pending %.12s, want %.12s and nothing pending", p.Revision, p.Pending, c1)
+		}
+		if out := e.MustRun("releases", "--cluster", "prod"); strings.Contains(out, c2[:12]) {
+			t.Fatalf("prod has a revision of v2:\n%s", out)
+		}
+	})
+
+	t.Run("unhealthy for less than the timeout: nothing moves", func(t *testing.T) {
+		setPodsOf(t, dev, "v1", true)
+		testenv.Eventually(t, 30*time.Second, "dev seen unhealthy", func() error {
+			if tg := stageOf(getRelease(t, c, "shop"), "dev").Targets[0]; tg.UnhealthySince == nil {
+				return fmt.Errorf("dev %s %s", tg.Health, tg.Message)
+			}
+			return nil
+		})
+		if st := stageOf(getRelease(t, c, "shop"), "dev"); st.FailedRevision != c2 || st.Revision != c1 {
+			t.Fatalf("dev judged at once: revision %.12s, failed %.12s", st.Revision, st.FailedRevision)
+		}
+		setPodsOf(t, dev, "v1", false)
+		seen := time.Now()
+		testenv.Eventually(t, 30*time.Second, "dev healthy again", func() error {
+			return stageRuns(getRelease(t, c, "shop"), "dev", c1)
+		})
+		if took := time.Since(seen); took >= unhealthyTimeout {
+			t.Skipf("dev took %s to be seen healthy again, not less than the unhealthy timeout: nothing to prove here", took)
+		}
+		// Healthy again for longer than the timeout: a rollback the short
+		// spell had wrongly started would have come by now.
+		testenv.Eventually(t, 30*time.Second, "dev healthy for longer than the unhealthy timeout", func() error {
+			st := stageOf(getRelease(t, c, "shop"), "dev")
+			if st.HealthySince == nil || time.Since(st.HealthySince.Time) < unhealthyTimeout+2*time.Second {
+				return fmt.Errorf("dev healthy %v since %v", st.Healthy, st.HealthySince)
+			}
+			return nil
+		})
+		rel := getRelease(t, c, "shop")
+		if st := stageOf(rel, "dev"); st.FailedRevision != c2 || st.Revision != c1 {
+			t.Fatalf("dev after a short unhealthy spell: revision %.12s, failed %.12s; want %.12s, failed %.12s", st.Revision, st.FailedRevision, c1, c2)
+		}
+		if cond := condition(rel, fkev1.ConditionPromoting); !strings.Contains(cond.Message, "promotion of "+c2[:12]+" stopped") {
+			t.Fatalf("Promoting changed after a short unhealthy spell: %s %s", cond.Reason, cond.Message)
 		}
 	})
 }

@@ -3,7 +3,8 @@
 // target clusters stage by stage, promoting a revision to the next stage
 // once the stage before has been healthy with it for the soak time (and
 // approved, where asked), rolling a stage back when a sync does not become
-// healthy, and reporting health and drift per target. Which revision each
+// healthy or when a revision it was healthy with turns unhealthy for longer
+// than spec.unhealthyTimeout, and reporting health and drift per target. Which revision each
 // stage gets is decided by internal/promotion.
 package release
 
@@ -42,7 +43,14 @@ type Connector interface {
 
 // Reconciler reconciles Releases.
 type Reconciler struct {
-	Client   client.Client
+	Client client.Client
+	// APIReader reads Releases from the API server, not the cache: a call
+	// that comes right after a sync must see the status that sync wrote,
+	// or it takes the stage's old revision for the current one and syncs
+	// again (and, should the app turn unhealthy meanwhile, rolls back
+	// with a stale idea of what was healthy). Nil reads through Client.
+	APIReader client.Reader
+
 	Clusters Connector
 	Recorder events.EventRecorder
 	// CacheDir holds a clone of each Release's repository.
@@ -86,7 +94,11 @@ func (r *Reconciler) releasesOfNamespace(ctx context.Context, o client.Object) [
 func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.Result, err error) {
 	log := ctrl.LoggerFrom(ctx)
 	rel := &fkev1.Release{}
-	if err := r.Client.Get(ctx, req.NamespacedName, rel); err != nil {
+	reader := client.Reader(r.Client)
+	if r.APIReader != nil {
+		reader = r.APIReader
+	}
+	if err := reader.Get(ctx, req.NamespacedName, rel); err != nil {
 		if apierrors.IsNotFound(err) {
 			// A deleted Release leaves its apps running; only its cache goes.
 			_ = os.RemoveAll(r.repoDir(req.Namespace, req.Name))
@@ -135,8 +147,22 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.
 	for i := range rel.Status.Stages {
 		r.observe(ctx, rel, &rel.Status.Stages[i], targets[rel.Status.Stages[i].Name], now)
 	}
-	decisions := promotion.Decide(promotionInput(rel, now))
 	next := interval - now.Sub(rel.Status.LastFetched.Time)
+	in := promotionInput(rel, now)
+	for i := range rel.Status.Stages {
+		st := &rel.Status.Stages[i]
+		reg := promotion.Regressed(in.Stages[i], regressionTargets(st), rel.UnhealthyTimeoutDuration(), now)
+		if reg.Failed != "" {
+			log.Info("stage turned unhealthy", "stage", st.Name, "revision", reg.Failed, "rollbackTo", reg.To, "clusters", reg.Targets)
+			r.regress(ctx, rel, st, targets[st.Name], reg)
+			summarize(rel)
+			return ctrl.Result{RequeueAfter: time.Millisecond}, nil
+		}
+		if reg.After > 0 && reg.After < next {
+			next = reg.After
+		}
+	}
+	decisions := promotion.Decide(in)
 	for i, d := range decisions {
 		st := &rel.Status.Stages[i]
 		st.Pending, st.Waiting = d.Pending, d.Waiting
@@ -178,6 +204,7 @@ func promotionInput(rel *fkev1.Release, now time.Time) promotion.Input {
 			Name: s.Name, Soak: s.SoakTime(), RequireApproval: s.RequireApproval,
 			Approved: rel.Annotations[fkev1.AnnotationApprovePrefix+s.Name],
 			Revision: st.Revision, Healthy: st.Healthy, HealthyRevision: st.HealthyRevision, FailedRevision: st.FailedRevision,
+			PreviousHealthyRevision: st.PreviousHealthyRevision,
 		}
 		if st.HealthySince != nil {
 			ps.HealthySince = st.HealthySince.Time

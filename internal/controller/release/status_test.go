@@ -120,3 +120,24 @@ func TestLagging(t *testing.T) {
 		t.Error("stageConfig does not follow the render inputs")
 	}
 }
+
+func TestMarkHealthy(t *testing.T) {
+	tests := []struct {
+		name                      string
+		healthy, previous, failed string
+		rev                       string
+		wantHealthy, wantPrevious string
+	}{
+		{name: "first healthy revision", rev: "a1", wantHealthy: "a1"},
+		{name: "a new revision keeps the one before", healthy: "a1", rev: "b2", wantHealthy: "b2", wantPrevious: "a1"},
+		{name: "healthy again with the same one", healthy: "b2", previous: "a1", rev: "b2", wantHealthy: "b2", wantPrevious: "a1"},
+		{name: "back on the previous one after b2 failed: b2 is not where to go next", healthy: "b2", previous: "a1", failed: "b2", rev: "a1", wantHealthy: "a1", wantPrevious: "a1"},
+	}
+	for _, tt := range tests {
+		st := &fkev1.ReleaseStageStatus{HealthyRevision: tt.healthy, PreviousHealthyRevision: tt.previous, FailedRevision: tt.failed}
+		markHealthy(st, tt.rev)
+		if st.HealthyRevision != tt.wantHealthy || st.PreviousHealthyRevision != tt.wantPrevious {
+			t.Errorf("%s: healthy %q previous %q, want %q and %q", tt.name, st.HealthyRevision, st.PreviousHealthyRevision, tt.wantHealthy, tt.wantPrevious)
+		}
+	}
+}

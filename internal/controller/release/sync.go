@@ -20,9 +20,10 @@ import (
 
 // Target health values besides kstatus' own.
 const (
-	healthCurrent = "Current"
-	healthFailed  = "Failed"
-	healthUnknown = "Unknown"
+	healthCurrent    = "Current"
+	healthInProgress = "InProgress"
+	healthFailed     = "Failed"
+	healthUnknown    = "Unknown"
 )
 
 // targets returns the clusters of each stage: those named (a name with no
@@ -98,7 +99,7 @@ func (r *Reconciler) observe(ctx context.Context, rel *fkev1.Release, st *fkev1.
 	healthy := len(st.Targets) > 0 && st.Revision != ""
 	for i := range st.Targets {
 		t := &st.Targets[i]
-		r.observeTarget(ctx, rel, t, clusterNamed(clusters, t.Cluster))
+		r.observeTarget(ctx, rel, t, clusterNamed(clusters, t.Cluster), now)
 		if t.Revision != st.Revision || t.Health != healthCurrent {
 			healthy = false
 		}
@@ -110,11 +111,25 @@ func (r *Reconciler) observe(ctx context.Context, rel *fkev1.Release, st *fkev1.
 		st.Healthy, st.HealthySince = true, &metav1.Time{Time: now}
 	}
 	if st.Healthy {
-		st.HealthyRevision = st.Revision
+		markHealthy(st, st.Revision)
 	}
 }
 
-func (r *Reconciler) observeTarget(ctx context.Context, rel *fkev1.Release, t *fkev1.ReleaseTargetStatus, cl fkev1.Cluster) {
+// markHealthy records that st is healthy with rev; the revision it was
+// healthy with before becomes its previous healthy one, where it goes back
+// to should rev turn unhealthy (never a revision that failed here).
+func markHealthy(st *fkev1.ReleaseStageStatus, rev string) {
+	if h := st.HealthyRevision; h != rev && h != "" && h != st.FailedRevision {
+		st.PreviousHealthyRevision = h
+	}
+	st.HealthyRevision = rev
+}
+
+func (r *Reconciler) observeTarget(ctx context.Context, rel *fkev1.Release, t *fkev1.ReleaseTargetStatus, cl fkev1.Cluster, now time.Time) {
+	// Only objects seen InProgress or Failed count as unhealthy: a cluster
+	// that cannot be read says nothing of the revision.
+	since := t.UnhealthySince
+	t.UnhealthySince = nil
 	if ok, why := reachable(cl); !ok {
 		t.Health, t.Message = healthUnknown, why
 		return
@@ -138,6 +153,12 @@ func (r *Reconciler) observeTarget(ctx context.Context, rel *fkev1.Release, t *f
 		return
 	}
 	t.Health, t.Message = h.Status, clip(strings.Join(h.Problems, "; "))
+	if h.Status == healthInProgress || h.Status == healthFailed {
+		if since == nil {
+			since = &metav1.Time{Time: now}
+		}
+		t.UnhealthySince = since
+	}
 	drift, err := dc.Drift(ctx, objs, rel.Name, rel.Spec.Namespace)
 	if err != nil {
 		t.Message = clip(strings.TrimPrefix(t.Message+"; ", "; ") + "drift not checked: " + err.Error())
@@ -156,7 +177,7 @@ func (r *Reconciler) observeTarget(ctx context.Context, rel *fkev1.Release, t *f
 		return
 	}
 	r.event(rel, false, fkev1.ReasonDriftCorrected, "cluster %s: applied again: %s", t.Cluster, strings.Join(drift, ", "))
-	t.Drift, t.Health, t.Message = nil, healthCurrent, ""
+	t.Drift, t.Health, t.Message, t.UnhealthySince = nil, healthCurrent, "", nil
 }
 
 // deployedObjects returns the objects of the release's deployed revision
@@ -246,7 +267,8 @@ func (r *Reconciler) syncStage(ctx context.Context, rel *fkev1.Release, st *fkev
 	}
 	took := r.now().Sub(start).Round(100 * time.Millisecond)
 	if len(failures) == 0 {
-		st.Revision, st.Healthy, st.HealthyRevision = rev, true, rev
+		st.Revision, st.Healthy = rev, true
+		markHealthy(st, rev)
 		st.HealthySince = &metav1.Time{Time: r.now()}
 		msg := fmt.Sprintf("stage %s runs revision %s on %d cluster(s), Current after %s", st.Name, promotion.Short(rev), len(st.Targets), took)
 		r.event(rel, false, "Synced", "%s", msg)
@@ -300,6 +322,7 @@ func (r *Reconciler) apply(ctx context.Context, rel *fkev1.Release, cl fkev1.Clu
 		Rendered: rendered,
 		Source:   fmt.Sprintf("%s@%s:%s", src.URL, promotion.Short(rev), path),
 	})
+	t.UnhealthySince = nil // the apply's outcome replaces what was observed
 	if err != nil {
 		t.Health, t.Message = healthFailed, clip(err.Error())
 		return err
