@@ -30,7 +30,20 @@ func main() {
 	flag.StringVar(&opts.Registry, "registry", "", "loopback address of fke's OCI registry (host:port)")
 	flag.IntVar(&opts.WarmPool.Size, "warm-pool", 0, "standby control planes kept started for new clusters of the default version (0: none)")
 	flag.StringVar(&opts.WarmPool.Namespace, "warm-pool-namespace", manager.DefaultSystemNamespace, "namespace of the standby planes' Secrets and the pool's status")
+	flag.BoolVar(&opts.LeaderElection.Enabled, "leader-elect", false, "elect a leader among manager replicas with a Lease (the Helm chart turns it on)")
+	flag.StringVar(&opts.LeaderElection.Namespace, "leader-election-namespace", "", "namespace of the leader-election Lease (default: the pod's namespace)")
+	runtimes := flag.String("runtimes", manager.JoinNames(manager.Runtimes), "comma-separated control-plane runtimes to run (empty: none)")
+	providers := flag.String("providers", manager.JoinNames(manager.Providers), "comma-separated node providers to run (empty: none)")
 	flag.Parse()
+	var err error
+	if opts.Runtimes, err = manager.ParseRuntimes(*runtimes); err != nil {
+		fmt.Fprintln(os.Stderr, "Error: --runtimes:", err)
+		os.Exit(2)
+	}
+	if opts.Providers, err = manager.ParseProviders(*providers); err != nil {
+		fmt.Fprintln(os.Stderr, "Error: --providers:", err)
+		os.Exit(2)
+	}
 	opts.Binaries = binaries.Finder{Dir: binDir}
 	opts.Logger = slog.New(slog.NewJSONHandler(os.Stderr, nil))
 	ctx, cancel := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
