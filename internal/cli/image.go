@@ -8,6 +8,7 @@ import (
 
 	"fke.dev/fke/internal/image"
 	"fke.dev/fke/internal/localplane"
+	"fke.dev/fke/internal/nodejoin"
 )
 
 func newImageCmd(g *globals) *cobra.Command {
@@ -15,7 +16,7 @@ func newImageCmd(g *globals) *cobra.Command {
 		Use:   "image",
 		Short: "Push images to fke's registry and list them (pods name them <registry>/<name>:<tag>)",
 	}
-	cmd.AddCommand(newImagePushCmd(g), newImageListCmd(g))
+	cmd.AddCommand(newImagePushCmd(g), newImagePushManagerCmd(g), newImageListCmd(g))
 	return cmd
 }
 
@@ -77,6 +78,36 @@ func newImagePushCmd(g *globals) *cobra.Command {
 	}
 	cmd.Flags().StringVar(&rename, "name", "", "push as REPOSITORY[:TAG] (default: the name in the file)")
 	return cmd
+}
+
+func newImagePushManagerCmd(g *globals) *cobra.Command {
+	return &cobra.Command{
+		Use:   "push-manager",
+		Short: "Build fke-manager's image (for the Helm chart charts/fke) and push it to fke's registry",
+		Long: `Build fke-manager's image from the fke-manager binary next to fke (built by
+` + "`make build`" + `), without Docker, and push it to fke's registry as ` + image.Manager.Name + `,
+the image the Helm chart charts/fke runs. Local nodes pull it from the
+registry's address on the node bridge, which this command prints with the
+Helm values that select it.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			reg, err := g.registry()
+			if err != nil {
+				return err
+			}
+			pushed, err := image.EnsureSystemImages(cmd.Context(), reg, g.finder(), newLogger(g.errOut), image.Manager)
+			if err != nil {
+				return err
+			}
+			d := pushed[0].Digest
+			fmt.Fprintf(g.out, "pushed %s (%s)\n", image.Manager.Ref(reg.Host), d)
+			if nodeReg, err := nodejoin.NodeRegistry(reg.Host); err == nil {
+				fmt.Fprintf(g.out, "local nodes pull it as %s; install the chart with:\n  --set image.registry=%s --set image.digest=%s\n",
+					image.Manager.Ref(nodeReg), nodeReg, d)
+			}
+			return nil
+		},
+	}
 }
 
 func newImageListCmd(g *globals) *cobra.Command {
