@@ -6,6 +6,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"fke.dev/fke/internal/binaries"
 	"fke.dev/fke/internal/image"
 	"fke.dev/fke/internal/localplane"
 	"fke.dev/fke/internal/nodejoin"
@@ -81,25 +82,34 @@ func newImagePushCmd(g *globals) *cobra.Command {
 }
 
 func newImagePushManagerCmd(g *globals) *cobra.Command {
-	return &cobra.Command{
+	var from string
+	cmd := &cobra.Command{
 		Use:   "push-manager",
 		Short: "Build fke-manager's image (for the Helm chart charts/fke) and push it to fke's registry",
-		Long: `Build fke-manager's image from the fke-manager binary next to fke (built by
-` + "`make build`" + `), without Docker, and push it to fke's registry as ` + image.Manager.Name + `,
-the image the Helm chart charts/fke runs. Local nodes pull it from the
-registry's address on the node bridge, which this command prints with the
-Helm values that select it.`,
+		Long: `Build fke-manager's image without Docker, from the fke-manager binary (built
+by ` + "`make build`" + `; found where fke finds the upstream binaries, or named with
+--from), and push it to fke's registry as ` + image.Manager.Name + `, the image the
+Helm chart charts/fke runs. Local nodes pull it from the registry's address on
+the node bridge, which this command prints with the Helm values that select it.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			reg, err := g.registry()
 			if err != nil {
 				return err
 			}
-			pushed, err := image.EnsureSystemImages(cmd.Context(), reg, g.finder(), newLogger(g.errOut), image.Manager)
+			if from == "" {
+				if from, err = g.finder().Path(binaries.Manager); err != nil {
+					return fmt.Errorf("%s is built by `make build` (next to fke), or name it with --from: %w", binaries.Manager, err)
+				}
+			}
+			img, err := image.Manager.Build(from)
 			if err != nil {
 				return err
 			}
-			d := pushed[0].Digest
+			d, err := reg.Push(cmd.Context(), image.Manager.Name, img)
+			if err != nil {
+				return err
+			}
 			fmt.Fprintf(g.out, "pushed %s (%s)\n", image.Manager.Ref(reg.Host), d)
 			if nodeReg, err := nodejoin.NodeRegistry(reg.Host); err == nil {
 				fmt.Fprintf(g.out, "local nodes pull it as %s; install the chart with:\n  --set image.registry=%s --set image.digest=%s\n",
@@ -108,6 +118,8 @@ Helm values that select it.`,
 			return nil
 		},
 	}
+	cmd.Flags().StringVar(&from, "from", "", "the fke-manager binary to pack (default: the one fke finds, as for the upstream binaries)")
+	return cmd
 }
 
 func newImageListCmd(g *globals) *cobra.Command {
