@@ -318,6 +318,10 @@ func TestRBAC(t *testing.T) {
 	}{
 		{"fke.dev", "clusters", []string{"get", "list", "watch", "update", "patch"}},
 		{"fke.dev", "clusters/status", []string{"update", "patch"}},
+		{"fke.dev", "nodepools/status", []string{"patch"}},
+		{"fke.dev", "machines/status", []string{"patch"}},
+		{"fke.dev", "releases/status", []string{"patch"}},
+		{"fke.dev", "releases", []string{"get", "list", "watch"}},
 		{"fke.dev", "nodepools", []string{"get", "list", "watch", "create", "update", "patch", "delete"}},
 		{"fke.dev", "machines", []string{"get", "list", "watch", "create", "update", "patch", "delete"}},
 		{"fke.dev", "instancetypes", []string{"get", "list", "watch"}},
