@@ -19,6 +19,7 @@ import (
 	"helm.sh/helm/v3/pkg/strvals"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	"sigs.k8s.io/yaml"
 
@@ -51,6 +52,7 @@ type rendered struct {
 	roles          []rbacv1.Role
 	crBindings     []rbacv1.ClusterRoleBinding
 	roleBindings   []rbacv1.RoleBinding
+	pdb            *policyv1.PodDisruptionBudget
 	kinds          []string
 }
 
@@ -108,6 +110,9 @@ func (r *rendered) add(t *testing.T, file, doc string) {
 	case "Service":
 		r.service = &corev1.Service{}
 		into = r.service
+	case "PodDisruptionBudget":
+		r.pdb = &policyv1.PodDisruptionBudget{}
+		into = r.pdb
 	case "ClusterRole":
 		r.clusterRoles = append(r.clusterRoles, rbacv1.ClusterRole{})
 		into = &r.clusterRoles[len(r.clusterRoles)-1]
@@ -176,6 +181,9 @@ func TestDefaults(t *testing.T) {
 	if got := *r.deployment.Spec.Replicas; got != 1 {
 		t.Errorf("replicas = %d, want 1", got)
 	}
+	if r.pdb != nil {
+		t.Error("one replica, yet a PodDisruptionBudget (it would block every drain)")
+	}
 	if want := "fke/manager:" + loadChart(t).Metadata.AppVersion; c.Image != want {
 		t.Errorf("image = %q, want %q", c.Image, want)
 	}
@@ -234,6 +242,15 @@ func TestNonDefaultValues(t *testing.T) {
 	}
 	if got := *r.deployment.Spec.Replicas; got != 2 {
 		t.Errorf("replicas = %d, want 2", got)
+	}
+	if r.pdb == nil || r.pdb.Spec.MaxUnavailable == nil || r.pdb.Spec.MaxUnavailable.IntValue() != 1 {
+		t.Errorf("two replicas, PodDisruptionBudget %+v; want one that keeps a manager running", r.pdb)
+	} else {
+		for k, v := range r.pdb.Spec.Selector.MatchLabels {
+			if r.deployment.Spec.Template.Labels[k] != v {
+				t.Errorf("the PodDisruptionBudget selects %s=%s, pods have %q", k, v, r.deployment.Spec.Template.Labels[k])
+			}
+		}
 	}
 	if got := c.Resources.Limits.Memory().String(); got != "2Gi" {
 		t.Errorf("memory limit = %s, want 2Gi", got)

@@ -75,10 +75,11 @@ func TestHelmChart(t *testing.T) {
 		t.Fatalf("push-manager printed no Helm values:\n%s", out)
 	}
 	t.Logf("FIGURE build and push the manager's image: %s", time.Since(start).Round(10*time.Millisecond))
-	values := func(memoryLimit string) map[string]any {
+	values := func(replicas int, memoryLimit string) map[string]any {
 		return map[string]any{
 			"image":     map[string]any{"registry": m[1], "digest": m[2]},
 			"providers": []any{"kwok"},
+			"replicas":  replicas,
 			"resources": map[string]any{"limits": map[string]any{"memory": memoryLimit}},
 		}
 	}
@@ -101,10 +102,10 @@ func TestHelmChart(t *testing.T) {
 	install := action.NewInstall(cfg)
 	install.ReleaseName, install.Namespace, install.CreateNamespace = helmRelease, helmNamespace, true
 	start = time.Now()
-	if _, err := install.RunWithContext(t.Context(), ch, values("1Gi")); err != nil {
+	if _, err := install.RunWithContext(t.Context(), ch, values(1, "1Gi")); err != nil {
 		t.Fatalf("helm install: %v", err)
 	}
-	first := managerRolledOut(t, cs, "1Gi")
+	first := managerRolledOut(t, cs, 1, "1Gi")[0]
 	t.Logf("FIGURE helm install -> manager pod Ready: %s", time.Since(start).Round(10*time.Millisecond))
 	leaderIs(t, cs, first.Name)
 	t.Logf("FIGURE helm install -> manager holds the leader Lease: %s", time.Since(start).Round(10*time.Millisecond))
@@ -151,16 +152,64 @@ func TestHelmChart(t *testing.T) {
 	upgrade := action.NewUpgrade(cfg)
 	upgrade.Namespace = helmNamespace
 	start = time.Now()
-	if _, err := upgrade.RunWithContext(t.Context(), helmRelease, ch, values("768Mi")); err != nil {
+	if _, err := upgrade.RunWithContext(t.Context(), helmRelease, ch, values(1, "768Mi")); err != nil {
 		t.Fatalf("helm upgrade: %v", err)
 	}
-	second := managerRolledOut(t, cs, "768Mi")
+	second := managerRolledOut(t, cs, 1, "768Mi")[0]
 	if second.Name == first.Name {
 		t.Fatalf("helm upgrade left pod %s in place", first.Name)
 	}
 	t.Logf("FIGURE helm upgrade -> new manager pod Ready, old one gone: %s", time.Since(start).Round(10*time.Millisecond))
 	leaderIs(t, cs, second.Name)
 	t.Logf("FIGURE helm upgrade -> new pod holds the leader Lease: %s", time.Since(start).Round(10*time.Millisecond))
+
+	// Two replicas: one leads, the other waits. Deleting the leader's pod
+	// hands the Lease on at once (the leader gives it back as it stops) to
+	// the other replica or to the pod that replaces the deleted one,
+	// whichever asks first; a PodDisruptionBudget keeps one running through
+	// drains.
+	if _, err := upgrade.RunWithContext(t.Context(), helmRelease, ch, values(2, "768Mi")); err != nil {
+		t.Fatalf("helm upgrade to two replicas: %v", err)
+	}
+	managerRolledOut(t, cs, 2, "768Mi")
+	if _, err := cs.PolicyV1().PodDisruptionBudgets(helmNamespace).Get(t.Context(), managerName, metav1.GetOptions{}); err != nil {
+		t.Errorf("no PodDisruptionBudget with two replicas: %v", err)
+	}
+	leader := leaderPod(t, cs, "")
+	start = time.Now()
+	if err := cs.CoreV1().Pods(helmNamespace).Delete(t.Context(), leader, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	next := leaderPod(t, cs, leader)
+	t.Logf("FIGURE leader pod deleted -> %s holds the Lease: %s", next, time.Since(start).Round(10*time.Millisecond))
+}
+
+// leaderPod waits until a running manager pod other than not holds the
+// leader Lease, and returns its name.
+func leaderPod(t *testing.T, cs kubernetes.Interface, not string) string {
+	t.Helper()
+	var name string
+	testenv.Eventually(t, 2*time.Minute, "a manager pod other than "+not+" holds the leader Lease", func() error {
+		l, err := cs.CoordinationV1().Leases(helmNamespace).Get(t.Context(), manager.LeaderElectionID, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		holder := ptr.Deref(l.Spec.HolderIdentity, "")
+		pod, _, ok := strings.Cut(holder, "_")
+		if !ok || pod == not {
+			return fmt.Errorf("lease held by %q", holder)
+		}
+		p, err := cs.CoreV1().Pods(helmNamespace).Get(t.Context(), pod, metav1.GetOptions{})
+		if err != nil {
+			return fmt.Errorf("lease held by %q: %w", holder, err)
+		}
+		if p.DeletionTimestamp != nil || p.Status.Phase != corev1.PodRunning {
+			return fmt.Errorf("lease held by %q, a pod in phase %s (deleted: %v)", holder, p.Status.Phase, p.DeletionTimestamp != nil)
+		}
+		name = pod
+		return nil
+	})
+	return name
 }
 
 // reconcilePool creates a NodePool of a cluster that does not exist in the
@@ -239,37 +288,39 @@ func helmConfig(t *testing.T, kubeconfig string) *action.Configuration {
 }
 
 // managerRolledOut waits until the manager's Deployment has rolled out its
-// latest spec (one pod, Ready, with memoryLimit, no other pod left) and
-// returns that pod.
-func managerRolledOut(t *testing.T, cs kubernetes.Interface, memoryLimit string) corev1.Pod {
+// latest spec (replicas pods, all Ready, with memoryLimit, no other pod
+// left) and returns those pods.
+func managerRolledOut(t *testing.T, cs kubernetes.Interface, replicas int32, memoryLimit string) []corev1.Pod {
 	t.Helper()
-	var pod corev1.Pod
-	testenv.Eventually(t, 4*time.Minute, "the manager rolled out with memory limit "+memoryLimit, func() error {
+	var pods []corev1.Pod
+	testenv.Eventually(t, 4*time.Minute, fmt.Sprintf("the manager rolled out: %d pods with memory limit %s", replicas, memoryLimit), func() error {
 		d, err := cs.AppsV1().Deployments(helmNamespace).Get(t.Context(), managerName, metav1.GetOptions{})
 		if err != nil {
 			return err
 		}
 		st := d.Status
-		if st.ObservedGeneration != d.Generation || st.UpdatedReplicas != 1 || st.ReadyReplicas != 1 || st.Replicas != 1 {
+		if st.ObservedGeneration != d.Generation || st.UpdatedReplicas != replicas || st.ReadyReplicas != replicas || st.Replicas != replicas {
 			return fmt.Errorf("deployment status %+v", st)
 		}
-		pods, err := cs.CoreV1().Pods(helmNamespace).List(t.Context(), metav1.ListOptions{LabelSelector: metav1.FormatLabelSelector(d.Spec.Selector)})
+		list, err := cs.CoreV1().Pods(helmNamespace).List(t.Context(), metav1.ListOptions{LabelSelector: metav1.FormatLabelSelector(d.Spec.Selector)})
 		if err != nil {
 			return err
 		}
-		if len(pods.Items) != 1 {
-			return fmt.Errorf("%d manager pods", len(pods.Items))
+		if len(list.Items) != int(replicas) {
+			return fmt.Errorf("%d manager pods", len(list.Items))
 		}
-		pod = pods.Items[0]
-		if got := pod.Spec.Containers[0].Resources.Limits.Memory().String(); got != memoryLimit {
-			return fmt.Errorf("pod %s has memory limit %s", pod.Name, got)
+		for _, pod := range list.Items {
+			if got := pod.Spec.Containers[0].Resources.Limits.Memory().String(); got != memoryLimit {
+				return fmt.Errorf("pod %s has memory limit %s", pod.Name, got)
+			}
+			if !podReady(&pod) {
+				return fmt.Errorf("pod %s is not Ready: %+v", pod.Name, pod.Status.Conditions)
+			}
 		}
-		if !podReady(&pod) {
-			return fmt.Errorf("pod %s is not Ready: %+v", pod.Name, pod.Status.Conditions)
-		}
+		pods = list.Items
 		return nil
 	})
-	return pod
+	return pods
 }
 
 // leaderIs waits until pod holds the manager's leader-election Lease
@@ -282,8 +333,8 @@ func leaderIs(t *testing.T, cs kubernetes.Interface, pod string) {
 		if err != nil {
 			return err
 		}
-		if l.Spec.HolderIdentity == nil || !strings.HasPrefix(*l.Spec.HolderIdentity, pod+"_") {
-			return fmt.Errorf("lease held by %v", l.Spec.HolderIdentity)
+		if holder := ptr.Deref(l.Spec.HolderIdentity, ""); !strings.HasPrefix(holder, pod+"_") {
+			return fmt.Errorf("lease held by %q", holder)
 		}
 		return nil
 	})
