@@ -6,8 +6,10 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"net"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -15,6 +17,7 @@ import (
 	"helm.sh/helm/v3/pkg/action"
 	"helm.sh/helm/v3/pkg/chart/loader"
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apiextensionsclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -133,6 +136,9 @@ func TestHelmChart(t *testing.T) {
 	t.Run("the manager reconciles a NodePool with the chart's RBAC", func(t *testing.T) {
 		reconcilePool(t, e)
 	})
+	t.Run("the metrics Service serves the leader's metrics", func(t *testing.T) {
+		metricsOf(t, cs, first)
+	})
 	t.Run("the manager runs without being refused anything", func(t *testing.T) {
 		logs, err := cs.CoreV1().Pods(helmNamespace).GetLogs(first.Name, &corev1.PodLogOptions{}).DoRaw(t.Context())
 		if err != nil {
@@ -182,6 +188,34 @@ func TestHelmChart(t *testing.T) {
 	}
 	next := leaderPod(t, cs, leader)
 	t.Logf("FIGURE leader pod deleted -> %s holds the Lease: %s", next, time.Since(start).Round(10*time.Millisecond))
+}
+
+// metricsOf checks that the metrics Service has pod among its ready
+// endpoints, and that the pod's metrics (read at its address, which the
+// host reaches) report it the leader.
+func metricsOf(t *testing.T, cs kubernetes.Interface, pod corev1.Pod) {
+	t.Helper()
+	svc := managerName + "-metrics"
+	var port int32
+	testenv.Eventually(t, 30*time.Second, "the metrics Service's endpoint "+pod.Status.PodIP, func() error {
+		list, err := cs.DiscoveryV1().EndpointSlices(helmNamespace).List(t.Context(), metav1.ListOptions{LabelSelector: discoveryv1.LabelServiceName + "=" + svc})
+		if err != nil {
+			return err
+		}
+		for _, sl := range list.Items {
+			for _, ep := range sl.Endpoints {
+				if ptr.Deref(ep.Conditions.Ready, false) && slices.Contains(ep.Addresses, pod.Status.PodIP) && len(sl.Ports) == 1 {
+					port = ptr.Deref(sl.Ports[0].Port, 0)
+					return nil
+				}
+			}
+		}
+		return fmt.Errorf("no ready endpoint %s in %d slices", pod.Status.PodIP, len(list.Items))
+	})
+	body := httpGet(t, fmt.Sprintf("http://%s/metrics", net.JoinHostPort(pod.Status.PodIP, strconv.Itoa(int(port)))))
+	if want := `leader_election_master_status{name="` + manager.LeaderElectionID + `"} 1`; !strings.Contains(body, want) {
+		t.Errorf("metrics of %s lack %q", pod.Name, want)
+	}
 }
 
 // leaderPod waits until a running manager pod other than not holds the
