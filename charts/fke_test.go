@@ -327,30 +327,53 @@ func TestRBAC(t *testing.T) {
 	if r.roles[0].Namespace != namespace || !grants(r.roles[0].Rules, "coordination.k8s.io", "leases", "get", "create", "update") {
 		t.Errorf("the Role (namespace %q) does not allow leader election: %+v", r.roles[0].Namespace, r.roles[0].Rules)
 	}
-	// What the controllers need.
-	cr := r.clusterRoles[0].Rules
-	for _, need := range []struct {
+	// What the controllers need without a control-plane runtime, and
+	// nothing they do not call.
+	type need struct {
 		group, resource string
 		verbs           []string
-	}{
-		{"fke.dev", "clusters", []string{"get", "list", "watch", "update", "patch"}},
-		{"fke.dev", "clusters/status", []string{"update", "patch"}},
-		{"fke.dev", "nodepools/status", []string{"patch"}},
-		{"fke.dev", "machines/status", []string{"patch"}},
-		{"fke.dev", "releases/status", []string{"patch"}},
-		{"fke.dev", "releases", []string{"get", "list", "watch"}},
+	}
+	always := []need{
+		{"fke.dev", "clusters", []string{"get", "list", "watch"}},
 		{"fke.dev", "nodepools", []string{"get", "list", "watch", "create", "update", "patch", "delete"}},
 		{"fke.dev", "machines", []string{"get", "list", "watch", "create", "update", "patch", "delete"}},
+		{"fke.dev", "nodepools/status", []string{"patch"}},
+		{"fke.dev", "machines/status", []string{"patch"}},
+		{"fke.dev", "nodepools/finalizers", []string{"update"}},
+		{"fke.dev", "releases", []string{"get", "list", "watch"}},
+		{"fke.dev", "releases/status", []string{"patch"}},
 		{"fke.dev", "instancetypes", []string{"get", "list", "watch"}},
-		{"", "secrets", []string{"get", "list", "watch", "create", "update", "delete"}},
+		{"", "secrets", []string{"get", "list", "watch"}},
 		{"", "events", []string{"create", "patch"}},
-	} {
-		if !grants(cr, need.group, need.resource, need.verbs...) {
-			t.Errorf("the ClusterRole does not allow %v on %s.%s", need.verbs, need.resource, need.group)
+	}
+	// What the cluster and backup controllers add, with a runtime.
+	withRuntime := []need{
+		{"fke.dev", "clusters", []string{"update", "patch"}},
+		{"fke.dev", "clusters/status", []string{"update", "patch"}},
+		{"fke.dev", "clusters/finalizers", []string{"update"}},
+		{"", "secrets", []string{"create", "update", "delete"}},
+	}
+	cr := r.clusterRoles[0].Rules
+	for _, n := range always {
+		if !grants(cr, n.group, n.resource, n.verbs...) {
+			t.Errorf("the ClusterRole does not allow %v on %s.%s", n.verbs, n.resource, n.group)
+		}
+	}
+	for _, n := range withRuntime {
+		for _, v := range n.verbs {
+			if grants(cr, n.group, n.resource, v) {
+				t.Errorf("without a runtime, the ClusterRole still allows %s on %s.%s", v, n.resource, n.group)
+			}
 		}
 	}
 	if grants(cr, "fke.dev", "instancetypes", "update") || grants(cr, "fke.dev", "clusters", "delete") || grants(cr, "", "secrets", "patch") {
 		t.Error("the ClusterRole allows writes no controller makes")
+	}
+	local := mustRender(t, "runtimes={local}").clusterRoles[0].Rules
+	for _, n := range append(always, withRuntime...) {
+		if !grants(local, n.group, n.resource, n.verbs...) {
+			t.Errorf("with runtime local, the ClusterRole does not allow %v on %s.%s", n.verbs, n.resource, n.group)
+		}
 	}
 
 	sa := r.deployment.Spec.Template.Spec.ServiceAccountName
