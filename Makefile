@@ -14,7 +14,7 @@ export CGO_CFLAGS ?= -O2 -g -Wno-deprecated-declarations
 BUILD_TAGS := kustomize_disable_go_plugin_support
 export GOFLAGS := $(strip $(GOFLAGS) -tags=$(BUILD_TAGS))
 
-.PHONY: help all build binaries generate generate-tenant-crds manifests test test-unit test-integration test-e2e demo bench vet clean
+.PHONY: help all build binaries generate chart-crds generate-tenant-crds manifests test test-unit test-integration test-e2e demo bench vet clean
 
 help: ## list the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
@@ -35,6 +35,13 @@ $(CONTROLLER_GEN): hack/tools/go.mod hack/tools/go.sum
 generate: $(CONTROLLER_GEN) ## regenerate deepcopy code and CRD manifests
 	$(CONTROLLER_GEN) object paths=./api/...
 	$(CONTROLLER_GEN) crd paths=./api/... output:crd:artifacts:config=config/crd/bases
+	@$(MAKE) --no-print-directory chart-crds
+
+# config/crd/bases is the one source of the CRDs; the chart holds a copy
+# (Helm installs a chart's crds/ directory), which charts' tests compare.
+chart-crds: ## copy the generated CRDs (config/crd/bases) into the Helm chart (charts/fke/crds)
+	rm -f charts/fke/crds/*.yaml
+	cp config/crd/bases/*.yaml charts/fke/crds/
 
 # Tenant-side CRDs are generated from upstream Go types, pinned here.
 AUTOSCALER_APIS := k8s.io/autoscaler/cluster-autoscaler/apis@v0.0.0-20240830133931-adfbe7e45277
@@ -57,7 +64,7 @@ vet: ## go vet
 	$(GO) vet ./...
 
 test-unit: ## unit tests (no upstream binaries needed)
-	$(GO) test -count=1 ./api/... ./internal/... ./cmd/...
+	$(GO) test -count=1 ./api/... ./internal/... ./cmd/... ./charts/...
 
 test: build binaries ## every test: unit, integration and e2e against the real binaries
 	$(GO) test -count=1 -timeout 45m ./... 

@@ -38,6 +38,7 @@ const (
 	Pause      = "fke-pause"
 	DemoServer = "fke-demo-server"
 	GPUAgent   = "fke-gpu-agent"
+	Manager    = "fke-manager"
 )
 
 // MissingError says which binary was not found and where fke looked.

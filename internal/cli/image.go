@@ -6,8 +6,10 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"fke.dev/fke/internal/binaries"
 	"fke.dev/fke/internal/image"
 	"fke.dev/fke/internal/localplane"
+	"fke.dev/fke/internal/nodejoin"
 )
 
 func newImageCmd(g *globals) *cobra.Command {
@@ -15,7 +17,7 @@ func newImageCmd(g *globals) *cobra.Command {
 		Use:   "image",
 		Short: "Push images to fke's registry and list them (pods name them <registry>/<name>:<tag>)",
 	}
-	cmd.AddCommand(newImagePushCmd(g), newImageListCmd(g))
+	cmd.AddCommand(newImagePushCmd(g), newImagePushManagerCmd(g), newImageListCmd(g))
 	return cmd
 }
 
@@ -76,6 +78,47 @@ func newImagePushCmd(g *globals) *cobra.Command {
 		},
 	}
 	cmd.Flags().StringVar(&rename, "name", "", "push as REPOSITORY[:TAG] (default: the name in the file)")
+	return cmd
+}
+
+func newImagePushManagerCmd(g *globals) *cobra.Command {
+	var from string
+	cmd := &cobra.Command{
+		Use:   "push-manager",
+		Short: "Build fke-manager's image (for the Helm chart charts/fke) and push it to fke's registry",
+		Long: `Build fke-manager's image without Docker, from the fke-manager binary (built
+by ` + "`make build`" + `; found where fke finds the upstream binaries, or named with
+--from), and push it to fke's registry as ` + image.Manager.Name + `, the image the
+Helm chart charts/fke runs. Local nodes pull it from the registry's address on
+the node bridge, which this command prints with the Helm values that select it.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			reg, err := g.registry()
+			if err != nil {
+				return err
+			}
+			if from == "" {
+				if from, err = g.finder().Path(binaries.Manager); err != nil {
+					return fmt.Errorf("%s is built by `make build` (next to fke), or name it with --from: %w", binaries.Manager, err)
+				}
+			}
+			img, err := image.Manager.Build(from)
+			if err != nil {
+				return err
+			}
+			d, err := reg.Push(cmd.Context(), image.Manager.Name, img)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(g.out, "pushed %s (%s)\n", image.Manager.Ref(reg.Host), d)
+			if nodeReg, err := nodejoin.NodeRegistry(reg.Host); err == nil {
+				fmt.Fprintf(g.out, "local nodes pull it as %s; install the chart with:\n  --set image.registry=%s --set image.digest=%s\n",
+					image.Manager.Ref(nodeReg), nodeReg, d)
+			}
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&from, "from", "", "the fke-manager binary to pack (default: the one fke finds, as for the upstream binaries)")
 	return cmd
 }
 

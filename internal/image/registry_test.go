@@ -95,3 +95,31 @@ func staticELF(t *testing.T) []byte {
 	}
 	return files[0].Data
 }
+
+// TestManagerImage: fke-manager's image runs the manager as the non-root
+// user the Helm chart asks for, and `fke up` does not build it.
+func TestManagerImage(t *testing.T) {
+	bin := filepath.Join(t.TempDir(), binaries.Manager)
+	if err := os.WriteFile(bin, staticELF(t), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	img, err := image.Manager.Build(bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cf, err := img.ConfigFile()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := cf.Config.Entrypoint; len(got) != 1 || got[0] != "/usr/bin/fke-manager" {
+		t.Errorf("entrypoint = %q", got)
+	}
+	if cf.Config.User != "65532:65532" {
+		t.Errorf("user = %q, want the chart's runAsUser 65532", cf.Config.User)
+	}
+	for _, si := range image.SystemImages {
+		if si.Name == image.Manager.Name {
+			t.Error("fke up would build the manager's image on every start")
+		}
+	}
+}

@@ -40,6 +40,13 @@ var (
 		ExposedPorts: []string{"53/udp", "53/tcp", "9153/tcp"}}
 )
 
+// Manager is fke-manager for a Deployment on a Kubernetes cluster (the Helm
+// chart charts/fke, whose appVersion is its tag). It is not among
+// SystemImages: `fke up` does not need it, and `fke image push-manager`
+// pushes it.
+var Manager = SystemImage{Name: "fke/manager:v0.1.0", Binary: binaries.Manager, Path: "/usr/bin/fke-manager", User: "65532:65532",
+	ExposedPorts: []string{"8080/tcp", "8081/tcp"}}
+
 // SystemImages lists every system image.
 var SystemImages = []SystemImage{Pause, DemoServer, GPUAgent, CoreDNS}
 
@@ -49,7 +56,7 @@ var SystemImages = []SystemImage{Pause, DemoServer, GPUAgent, CoreDNS}
 func (si SystemImage) Ref(host string) string { return host + "/" + si.Name }
 
 // ownBinaries are built by `make build`, not `make binaries`.
-var ownBinaries = map[string]bool{binaries.Pause: true, binaries.DemoServer: true, binaries.GPUAgent: true}
+var ownBinaries = map[string]bool{binaries.Pause: true, binaries.DemoServer: true, binaries.GPUAgent: true, binaries.Manager: true}
 
 // Build builds si from the binary at binPath.
 func (si SystemImage) Build(binPath string) (v1.Image, error) {

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -70,7 +71,33 @@ type Options struct {
 	WarmPool cluster.WarmPool
 	// LocalNodes configure the local node provider.
 	LocalNodes LocalNodeOptions
+	// Runtimes are the control-plane runtimes this manager runs; nil runs
+	// every one of Runtimes (what `fke up` does), empty none: the cluster
+	// and backup controllers then do not start and Cluster objects wait.
+	Runtimes []fkev1.ControlPlaneRuntime
+	// Providers are the node providers this manager runs; nil runs every
+	// one of Providers. The local provider runs only where this host can
+	// run local nodes (see `fke doctor`).
+	Providers []fkev1.ProviderName
+	// LeaderElection, when enabled, makes replicas of the manager elect one
+	// leader that runs the controllers.
+	LeaderElection LeaderElectionOptions
 }
+
+// LeaderElectionOptions configure leader election among manager replicas.
+type LeaderElectionOptions struct {
+	// Enabled turns leader election on (off for `fke up`, which runs one
+	// manager).
+	Enabled bool
+	// Namespace holds the Lease; empty means the namespace of the pod the
+	// manager runs in (from its service account).
+	Namespace string
+	// ID names the Lease (default LeaderElectionID).
+	ID string
+}
+
+// LeaderElectionID names the Lease manager replicas elect their leader with.
+const LeaderElectionID = "fke-manager.fke.dev"
 
 // LocalNodeOptions configure the local node provider.
 type LocalNodeOptions struct {
@@ -130,41 +157,32 @@ func Run(ctx context.Context, opts Options) error {
 		return err
 	}
 
-	rt, err := local.New(filepath.Join(opts.DataDir, "clusters"), opts.Binaries, log.With("component", "controlplane"))
-	if err != nil {
-		return err
-	}
-	defer func() {
-		stopCtx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		if err := rt.StopAll(stopCtx); err != nil {
-			log.Error("stopping control planes", "error", err)
+	var rt *local.Runtime
+	if enabled(opts.Runtimes, fkev1.RuntimeLocal) {
+		if rt, err = local.New(filepath.Join(opts.DataDir, "clusters"), opts.Binaries, log.With("component", "controlplane")); err != nil {
+			return err
 		}
-	}()
+		defer stopping(log, "control planes", rt.StopAll)
+	} else {
+		log.Info("no control-plane runtime enabled: Cluster objects wait until a manager runs their runtime")
+	}
 
-	kwokProvider := kwok.New(kwok.Options{DataDir: filepath.Join(opts.DataDir, "clusters"), Binaries: opts.Binaries, Logger: log.With("component", "kwok")})
-	providers := map[fkev1.ProviderName]nodeprovider.Provider{fkev1.ProviderKwok: kwokProvider}
-	if lp := localProvider(ctx, opts, log); lp != nil {
-		providers[fkev1.ProviderLocal] = lp
-		if opts.NodeAddress == "" {
-			// Local nodes reach tenant API servers at the bridge's gateway.
-			opts.NodeAddress = hostnet.Gateway.String()
-		}
-		defer func() {
-			stopCtx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-			defer cancel()
-			if err := lp.StopAll(stopCtx); err != nil {
-				log.Error("stopping local nodes", "error", err)
-			}
-		}()
+	providers := map[fkev1.ProviderName]nodeprovider.Provider{}
+	if enabled(opts.Providers, fkev1.ProviderKwok) {
+		kwokProvider := kwok.New(kwok.Options{DataDir: filepath.Join(opts.DataDir, "clusters"), Binaries: opts.Binaries, Logger: log.With("component", "kwok")})
+		providers[fkev1.ProviderKwok] = kwokProvider
+		defer stopping(log, "kwok", kwokProvider.StopAll)
 	}
-	defer func() {
-		stopCtx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		if err := kwokProvider.StopAll(stopCtx); err != nil {
-			log.Error("stopping kwok", "error", err)
+	if enabled(opts.Providers, fkev1.ProviderLocal) {
+		if lp := localProvider(ctx, opts, log); lp != nil {
+			providers[fkev1.ProviderLocal] = lp
+			if opts.NodeAddress == "" {
+				// Local nodes reach tenant API servers at the bridge's gateway.
+				opts.NodeAddress = hostnet.Gateway.String()
+			}
+			defer stopping(log, "local nodes", lp.StopAll)
 		}
-	}()
+	}
 	tenants := tenant.NewRegistry(scheme, cluster.KubeconfigReader(mgr.GetClient()), log.With("component", "tenants"))
 	defer tenants.Close()
 
@@ -184,11 +202,6 @@ func Run(ctx context.Context, opts Options) error {
 	tenants.AddNodeHandler(machines.NodeHandler)
 	tenants.AddNodeHandler(pools.NodeHandler)
 	tenants.AddPodHandler(pools.PodHandler)
-	backupDir := filepath.Join(opts.DataDir, "backups")
-	backups := &backupcontroller.Reconciler{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("fke-backup"), Dir: backupDir}
-	if err := backups.SetupWithManager(mgr); err != nil {
-		return fmt.Errorf("setting up backup controller: %w", err)
-	}
 	scaler := &autoscaler.Reconciler{Client: mgr.GetClient(), Tenants: tenants, Recorder: mgr.GetEventRecorder("fke-autoscaler"), Booked: provreq.BookedPods}
 	if err := scaler.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up autoscaler: %w", err)
@@ -207,8 +220,38 @@ func Run(ctx context.Context, opts Options) error {
 		return fmt.Errorf("setting up release controller: %w", err)
 	}
 
-	approvers := &bootstrap.Approvers{Log: log.With("component", "serving-approver")}
-	defer approvers.StopAll()
+	if rt != nil {
+		approvers := &bootstrap.Approvers{Log: log.With("component", "serving-approver")}
+		defer approvers.StopAll()
+		if err := setupClusters(mgr, opts, rt, tenants, providers, approvers); err != nil {
+			return err
+		}
+	}
+
+	if hook != nil {
+		if err := hook.register(ctx, mgr, cfg, scheme, providers); err != nil {
+			return fmt.Errorf("setting up the admission webhook: %w", err)
+		}
+	} else if err := removeWebhook(ctx, cfg, scheme); err != nil {
+		return err
+	}
+
+	log.Info("starting fke-manager")
+	if err := mgr.Start(ctx); err != nil && !errors.Is(err, context.Canceled) {
+		return fmt.Errorf("running manager: %w", err)
+	}
+	return nil
+}
+
+// setupClusters registers the controllers that need a control-plane
+// runtime: clusters and their backups.
+func setupClusters(mgr ctrl.Manager, opts Options, rt *local.Runtime, tenants *tenant.Registry,
+	providers map[fkev1.ProviderName]nodeprovider.Provider, approvers *bootstrap.Approvers) error {
+	backupDir := filepath.Join(opts.DataDir, "backups")
+	backups := &backupcontroller.Reconciler{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("fke-backup"), Dir: backupDir}
+	if err := backups.SetupWithManager(mgr); err != nil {
+		return fmt.Errorf("setting up backup controller: %w", err)
+	}
 	if err := (&cluster.Reconciler{
 		Client:      mgr.GetClient(),
 		APIReader:   mgr.GetAPIReader(),
@@ -226,20 +269,24 @@ func Run(ctx context.Context, opts Options) error {
 	}).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up cluster controller: %w", err)
 	}
-
-	if hook != nil {
-		if err := hook.register(ctx, mgr, cfg, scheme, providers); err != nil {
-			return fmt.Errorf("setting up the admission webhook: %w", err)
-		}
-	} else if err := removeWebhook(ctx, cfg, scheme); err != nil {
-		return err
-	}
-
-	log.Info("starting fke-manager")
-	if err := mgr.Start(ctx); err != nil && !errors.Is(err, context.Canceled) {
-		return fmt.Errorf("running manager: %w", err)
-	}
 	return nil
+}
+
+// enabled reports whether name is in list; a nil list enables every name.
+func enabled[T comparable](list []T, name T) bool {
+	return list == nil || slices.Contains(list, name)
+}
+
+// stopping returns a function, to defer, that stops what stop stops
+// within 30 s and logs a failure.
+func stopping(log *slog.Logger, what string, stop func(context.Context) error) func() {
+	return func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if err := stop(ctx); err != nil {
+			log.Error("stopping", "what", what, "error", err)
+		}
+	}
 }
 
 // Environment of fke-manager (passed on by `fke up`) for local nodes that
@@ -317,6 +364,17 @@ func newManager(cfg *rest.Config, scheme *runtime.Scheme, opts Options, hook *we
 	}
 	if hook != nil {
 		mopts.WebhookServer = hook.server
+	}
+	if le := opts.LeaderElection; le.Enabled {
+		mopts.LeaderElection = true
+		mopts.LeaderElectionID = le.ID
+		if mopts.LeaderElectionID == "" {
+			mopts.LeaderElectionID = LeaderElectionID
+		}
+		mopts.LeaderElectionNamespace = le.Namespace
+		// Run returns once the manager has stopped, so handing the Lease
+		// back on the way out is safe and lets a new leader start at once.
+		mopts.LeaderElectionReleaseOnCancel = true
 	}
 	mgr, err := ctrl.NewManager(cfg, mopts)
 	if err != nil {
