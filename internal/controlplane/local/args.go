@@ -120,7 +120,7 @@ func componentArgs(component string, l layout, s controlplane.Spec) []string {
 }
 
 func apiServerArgs(l layout, s controlplane.Spec) []string {
-	return append(append(advertiseArgs(s),
+	return append(advertiseArgs(s),
 		// Nodes reach a loopback-bound API server through the host's DNAT of
 		// NodeAddress to loopback.
 		"--bind-address=127.0.0.1",
@@ -156,7 +156,7 @@ func apiServerArgs(l layout, s controlplane.Spec) []string {
 		"--proxy-client-key-file="+l.pki(pki.FrontProxyClientKeyFile),
 		"--profiling=false",
 		"--v=1",
-	), strings.Fields(os.Getenv("FKE_EXP_APISERVER_ARGS"))...)
+	)
 }
 
 func componentCommon(l layout, port int, user string) []string {
