@@ -7,9 +7,9 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"net/netip"
 	"slices"
 	"strings"
-	"net/netip"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"

@@ -80,7 +80,7 @@ func (r *Runtime) ensureAddonLocked(ctx context.Context, key string, layout layo
 	for i, arg := range a.Args {
 		args[i] = strings.ReplaceAll(arg, controlplane.AddonDirVar, dir)
 	}
-	spec := supervisor.Spec{Name: name, Path: path, Args: args, LogPath: layout.log(a.Name)}
+	spec := supervisor.Spec{Name: name, Path: path, Args: args, Env: componentEnv(a.Name), LogPath: layout.log(a.Name)}
 	if a.HealthURL != "" {
 		tlsCfg, err := supervisor.ClientTLS(a.HealthCA, nil, nil)
 		if err != nil {
