@@ -1,0 +1,126 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+
+	fkev1 "fke.dev/fke/api/v1alpha1"
+	"fke.dev/fke/test/testenv"
+)
+
+// BenchmarkDensity creates many idle tenants on this machine (30, or
+// FKE_BENCH_TENANTS) at once, with their default addons, and reports the
+// time until all are Ready and the memory each costs: summed over its
+// processes, as RSS (pages shared with other tenants' processes counted in
+// full), as PSS (shared pages split among the processes that map them,
+// what a dense machine pays) and as anonymous memory (private heap and
+// stacks), for the control plane and its addons apart; and the machine's
+// MemAvailable drop per tenant.
+//
+//	go test ./bench -run '^$' -bench Density -benchtime 1x -timeout 30m
+func BenchmarkDensity(b *testing.B) {
+	n := 30
+	if v, err := strconv.Atoi(os.Getenv("FKE_BENCH_TENANTS")); err == nil && v > 0 {
+		n = v
+	}
+	e := testenv.Up(b)
+	c := e.Client()
+	before := memAvailableMB(b)
+	start := time.Now()
+	for i := range n {
+		e.MustRun("cluster", "create", fmt.Sprintf("d%02d", i))
+	}
+	testenv.Eventually(b, 20*time.Minute, "every tenant Ready", func() error {
+		var list fkev1.ClusterList
+		if err := c.List(context.Background(), &list); err != nil {
+			return err
+		}
+		ready := 0
+		for _, cl := range list.Items {
+			if meta.IsStatusConditionTrue(cl.Status.Conditions, fkev1.ConditionReady) {
+				ready++
+			}
+		}
+		if ready < n {
+			return fmt.Errorf("%d of %d Ready", ready, n)
+		}
+		return nil
+	})
+	allReady := time.Since(start)
+	time.Sleep(60 * time.Second) // a settling period for idle memory, not a wait for state
+	after := memAvailableMB(b)
+
+	var cp, addons []tenantMem
+	for i := range n {
+		t, a := tenantMemory(b, e.DataDir, fmt.Sprintf("d%02d", i))
+		cp, addons = append(cp, t), append(addons, a)
+	}
+	mean := func(ms []tenantMem, f func(tenantMem) float64) float64 {
+		s := 0.0
+		for _, m := range ms {
+			s += f(m)
+		}
+		return s / float64(len(ms))
+	}
+	rss, pss, anon := func(m tenantMem) float64 { return m.rss }, func(m tenantMem) float64 { return m.pss }, func(m tenantMem) float64 { return m.anon }
+	b.ReportMetric(allReady.Seconds(), "s-all-ready")
+	b.ReportMetric(mean(cp, rss), "MB-rss-cp-per-tenant")
+	b.ReportMetric(mean(cp, pss), "MB-pss-cp-per-tenant")
+	b.ReportMetric(mean(cp, anon), "MB-anon-cp-per-tenant")
+	b.ReportMetric(mean(addons, pss), "MB-pss-addons-per-tenant")
+	b.ReportMetric((before-after)/float64(n), "MB-available-drop-per-tenant")
+	b.Logf("%d tenants created at once, all Ready after %s", n, allReady.Round(100*time.Millisecond))
+	b.Logf("per tenant, control plane: RSS %.0f, PSS %.0f, anonymous %.0f MB; addons: RSS %.0f, PSS %.0f, anonymous %.0f MB",
+		mean(cp, rss), mean(cp, pss), mean(cp, anon), mean(addons, rss), mean(addons, pss), mean(addons, anon))
+	b.Logf("MemAvailable %.0f -> %.0f MB: %.0f MB per tenant (everything: control plane, addons, the manager's share)", before, after, (before-after)/float64(n))
+}
+
+// tenantMem is memory summed over processes, in MB.
+type tenantMem struct{ rss, pss, anon float64 }
+
+// tenantMemory sums the memory of a tenant's control-plane processes and,
+// apart, of its addon processes (those whose arguments name its addons
+// directory).
+func tenantMemory(b *testing.B, dataDir, name string) (cp, addons tenantMem) {
+	b.Helper()
+	dir := dataDir + "/clusters/default/" + name + "/"
+	procs := 0
+	for _, p := range testenv.FindProcs(dir) {
+		m := tenantMem{rss: rssMB(p.PID), pss: procKB(p.PID, "smaps_rollup", "Pss:") / 1024, anon: procKB(p.PID, "smaps_rollup", "Anonymous:") / 1024}
+		if slices.ContainsFunc(p.Args, func(a string) bool { return strings.Contains(a, dir+"addons/") }) {
+			addons = tenantMem{addons.rss + m.rss, addons.pss + m.pss, addons.anon + m.anon}
+			continue
+		}
+		procs++
+		cp = tenantMem{cp.rss + m.rss, cp.pss + m.pss, cp.anon + m.anon}
+	}
+	if procs != 4 {
+		b.Fatalf("tenant %s: want 4 control-plane processes, found %d", name, procs)
+	}
+	return cp, addons
+}
+
+// memAvailableMB reads the machine's MemAvailable.
+func memAvailableMB(b *testing.B) float64 {
+	b.Helper()
+	data, err := os.ReadFile("/proc/meminfo")
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		if f := strings.Fields(line); len(f) >= 2 && f[0] == "MemAvailable:" {
+			v, _ := strconv.ParseFloat(f[1], 64)
+			return v / 1024
+		}
+	}
+	b.Fatal("no MemAvailable in /proc/meminfo")
+	return 0
+}
