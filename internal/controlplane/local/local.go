@@ -109,9 +109,9 @@ func (r *Runtime) DataDir(key string) string {
 
 func processName(key, component string) string { return key + "/" + component }
 
-// Ensure implements controlplane.Runtime. All four components start at once:
-// each retries its connections, so starting them together is the fastest path
-// to a ready API server.
+// Ensure implements controlplane.Runtime. etcd and the API server start at
+// once (the API server retries etcd); the controller manager and the
+// scheduler start at the first Ensure that finds the API server ready.
 func (r *Runtime) Ensure(ctx context.Context, spec controlplane.Spec) (controlplane.Status, error) {
 	if err := encryption.Validate(spec.PKI[encryption.ConfigFile]); err != nil {
 		return controlplane.Status{}, fmt.Errorf("control plane %s: PKI bundle, %s: %w", spec.Key, encryption.ConfigFile, err)
@@ -198,6 +198,14 @@ func (r *Runtime) startMissing(ctx context.Context, spec controlplane.Spec, layo
 		if p := r.group.Get(name); p != nil && p.State() != supervisor.Stopped {
 			continue
 		}
+		if (c == controlplane.ControllerManager || c == controlplane.Scheduler) && !r.apiServerReady(spec.Key) {
+			// Clients of the API server wait for it: started beside it,
+			// they take the CPU its start needs (on two cores, ~1 s of
+			// its ~3 s to /readyz) only to retry. The next Ensure (the
+			// cluster controller calls it every 200 ms until ready)
+			// starts them.
+			continue
+		}
 		version := startVersion(spec, c)
 		path, err := r.binary(c, version)
 		if err != nil {
@@ -215,6 +223,12 @@ func (r *Runtime) startMissing(ctx context.Context, spec controlplane.Spec, layo
 	}
 	r.running[spec.Key] = spec
 	return r.statusLocked(spec.Key), nil
+}
+
+// apiServerReady reports whether the API server of key serves; r.mu is held.
+func (r *Runtime) apiServerReady(key string) bool {
+	p := r.group.Get(r.procName(key, controlplane.APIServer))
+	return p != nil && p.State() == supervisor.Ready
 }
 
 // Status implements controlplane.Runtime.
@@ -245,10 +259,17 @@ func (r *Runtime) statusLocked(key string) controlplane.Status {
 	return st
 }
 
-// WaitReady blocks until every component of key is ready or ctx ends.
+// WaitReady blocks until every component of key is ready or ctx ends; it
+// starts the components that wait for the API server once it serves.
 func (r *Runtime) WaitReady(ctx context.Context, key string) error {
 	for _, c := range controlplane.Components {
 		r.mu.Lock()
+		if spec, ok := r.running[key]; ok && c == controlplane.ControllerManager {
+			if _, err := r.startMissing(ctx, spec, newLayout(r.DataDir(key))); err != nil {
+				r.mu.Unlock()
+				return err
+			}
+		}
 		p := r.group.Get(r.procName(key, c))
 		r.mu.Unlock()
 		if p == nil {
