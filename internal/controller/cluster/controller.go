@@ -88,6 +88,8 @@ type Reconciler struct {
 	Warm WarmPool
 
 	portsMu sync.Mutex // serialises port allocation across clusters
+	// recentPorts are the ports handed out lately (portsMu held).
+	recentPorts map[int32]time.Time
 	// poolMu serialises claims of standby planes with the pool's steps.
 	poolMu   sync.Mutex
 	poolKick chan struct{}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -60,6 +61,9 @@ func (r *Reconciler) ensurePorts(ctx context.Context, cl *fkev1.Cluster) error {
 	return nil
 }
 
+// recentPortsFor is how long a port handed out stays taken in memory.
+const recentPortsFor = 10 * time.Minute
+
 // allocatePorts returns have with its zero ports (only those of the four
 // control-plane components with controlPlaneOnly) set to free loopback
 // ports that no cluster and no standby plane uses.
@@ -104,6 +108,18 @@ func (r *Reconciler) allocatePorts(ctx context.Context, have fkev1.ClusterPorts,
 	for _, port := range portFields(&want) {
 		taken[*port] = true
 	}
+	// Ports handed out a moment ago: the cache may not show the status
+	// that records them yet, and their processes may not listen yet (a
+	// controller manager starts once its API server serves, minutes later
+	// on a loaded machine), so the listing and FreePorts both miss them.
+	now := time.Now()
+	for port, at := range r.recentPorts {
+		if now.Sub(at) > recentPortsFor {
+			delete(r.recentPorts, port)
+			continue
+		}
+		taken[port] = true
+	}
 	var ports []int32
 	n := len(missing)
 	for attempt := 0; len(ports) < n && attempt < 20; attempt++ {
@@ -121,8 +137,12 @@ func (r *Reconciler) allocatePorts(ctx context.Context, have fkev1.ClusterPorts,
 	if len(ports) < n {
 		return have, fmt.Errorf("could not find %d free loopback ports", n)
 	}
+	if r.recentPorts == nil {
+		r.recentPorts = map[int32]time.Time{}
+	}
 	for i, f := range missing {
 		*f = ports[i]
+		r.recentPorts[ports[i]] = now
 	}
 	return want, nil
 }
