@@ -94,8 +94,6 @@ type Reconciler struct {
 	poolMu   sync.Mutex
 	poolKick chan struct{}
 	claims   sync.Map // cluster UID -> id of the plane it claimed, until the claim is finished
-	// startingPlane is the id of the plane startPlane makes (poolMu held).
-	startingPlane string
 	cidrMu        sync.Mutex // serialises pod-range picks across clusters
 	picked        map[string]netip.Prefix
 	base          sync.Map // cluster key -> true once the base addons are installed

@@ -365,8 +365,12 @@ func (r *Reconciler) poolStep(ctx context.Context) error {
 		}
 	}
 	if plan.Start {
-		if err := r.startPlane(ctx); err != nil {
+		s, err := r.startPlane(ctx)
+		if err != nil {
 			errs = append(errs, err)
+		}
+		if s != nil {
+			byID[s.Labels[LabelStandbyPlane]] = s
 		}
 	}
 	errs = append(errs, r.pruneStandbyData(ctx, byID))
@@ -420,7 +424,7 @@ func (r *Reconciler) pruneStandbyData(ctx context.Context, byID map[string]*core
 	var errs []error
 	for _, key := range keys {
 		id := key[len(standbyDir)+1:]
-		if _, ok := byID[id]; ok || r.startingPlane == id {
+		if _, ok := byID[id]; ok {
 			continue
 		}
 		errs = append(errs, r.Runtime.Delete(ctx, key))
@@ -431,36 +435,34 @@ func (r *Reconciler) pruneStandbyData(ctx context.Context, byID map[string]*core
 
 // startPlane makes one standby plane: ports, a pod range and a PKI of its
 // own, recorded in its Secret before anything starts, then its processes
-// at low CPU priority.
-func (r *Reconciler) startPlane(ctx context.Context) error {
+// at low CPU priority. It returns the Secret once it is stored.
+func (r *Reconciler) startPlane(ctx context.Context) (*corev1.Secret, error) {
 	id := newPlaneID()
 	shape := r.shape()
 	ips, err := controlplane.APIServerIPs(shape.ServiceCIDR, shape.NodeAddress)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	bundle, _, err := pki.EnsureBundle(nil, pki.ControlPlaneSpec{ClusterName: "fke-" + id, APIServerIPs: ips})
 	if err != nil {
-		return fmt.Errorf("standby plane %s: %w", id, err)
+		return nil, fmt.Errorf("standby plane %s: %w", id, err)
 	}
 	enc, _, err := encryption.Ensure(nil)
 	if err != nil {
-		return fmt.Errorf("standby plane %s: %w", id, err)
+		return nil, fmt.Errorf("standby plane %s: %w", id, err)
 	}
 	bundle[encryption.ConfigFile] = enc
-	r.startingPlane = id
-	defer func() { r.startingPlane = "" }()
 	podCIDR, err := r.pickRange(ctx, standbyKey(id), shape.ServiceCIDR)
 	if err != nil {
-		return fmt.Errorf("standby plane %s: %w", id, err)
+		return nil, fmt.Errorf("standby plane %s: %w", id, err)
 	}
 	ports, err := r.allocatePorts(ctx, fkev1.ClusterPorts{}, true)
 	if err != nil {
-		return fmt.Errorf("standby plane %s: %w", id, err)
+		return nil, fmt.Errorf("standby plane %s: %w", id, err)
 	}
 	portsJSON, err := json.Marshal(ports)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	s := &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{
@@ -475,17 +477,17 @@ func (r *Reconciler) startPlane(ctx context.Context) error {
 		Data: bundle,
 	}
 	if err := r.Client.Create(ctx, s); err != nil {
-		return fmt.Errorf("recording standby plane %s: %w", id, err)
+		return nil, fmt.Errorf("recording standby plane %s: %w", id, err)
 	}
 	spec, err := standbySpec(s)
 	if err != nil {
-		return err
+		return s, err
 	}
 	if _, err := r.Runtime.Ensure(ctx, spec); err != nil {
-		return fmt.Errorf("starting standby plane %s: %w", id, err)
+		return s, fmt.Errorf("starting standby plane %s: %w", id, err)
 	}
 	log.FromContext(ctx).Info("standby plane starting", "plane", id, "apiServerPort", ports.APIServer, "podCIDR", podCIDR.String())
-	return nil
+	return s, nil
 }
 
 // recordPool writes the pool's state into its ConfigMap when it changed.

@@ -5,6 +5,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/netip"
+	"slices"
 	"sync"
 	"testing"
 
@@ -162,5 +164,56 @@ func TestStandbyClaims(t *testing.T) {
 	}
 	if len(left.Items) != 0 {
 		t.Fatalf("%d claimed planes still in the pool", len(left.Items))
+	}
+}
+
+// poolRuntime starts nothing: it records the keys Ensure and Delete see,
+// and lists the ensured keys as the data it holds.
+type poolRuntime struct {
+	controlplane.Runtime
+	ensured, deleted []string
+}
+
+func (f *poolRuntime) Ensure(_ context.Context, spec controlplane.Spec) (controlplane.Status, error) {
+	if !slices.Contains(f.ensured, spec.Key) {
+		f.ensured = append(f.ensured, spec.Key)
+	}
+	return controlplane.Status{}, nil
+}
+func (f *poolRuntime) Status(string) controlplane.Status { return controlplane.Status{} }
+func (f *poolRuntime) Delete(_ context.Context, key string) error {
+	f.deleted = append(f.deleted, key)
+	f.ensured = slices.DeleteFunc(f.ensured, func(k string) bool { return k == key })
+	return nil
+}
+func (f *poolRuntime) Keys(string) ([]string, error)          { return slices.Clone(f.ensured), nil }
+func (f *poolRuntime) ForgetAliases(string) ([]string, error) { return nil, nil }
+
+// TestPoolStepKeepsTheNewPlane: the step that starts a plane does not take
+// its fresh data for data no plane describes, and the next step starts no
+// second plane while the first is not ready.
+func TestPoolStepKeepsTheNewPlane(t *testing.T) {
+	scheme := runtime.NewScheme()
+	_ = clientgoscheme.AddToScheme(scheme)
+	_ = fkev1.AddToScheme(scheme)
+	c := fake.NewClientBuilder().WithScheme(scheme).WithStatusSubresource(&fkev1.Cluster{}).Build()
+	rt := &poolRuntime{}
+	r := &Reconciler{Client: c, Runtime: rt, Recorder: events.NewFakeRecorder(10), Warm: WarmPool{Size: 1, Namespace: "fke-system"},
+		HostRoutes: func() ([]netip.Prefix, error) { return nil, nil }}
+	ctx := context.Background()
+	for range 2 {
+		if err := r.poolStep(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if len(rt.deleted) != 0 || len(rt.ensured) != 1 {
+		t.Fatalf("after two steps: ensured %v, deleted %v; want one plane, none deleted", rt.ensured, rt.deleted)
+	}
+	var list corev1.SecretList
+	if err := c.List(ctx, &list, client.HasLabels{LabelStandbyPlane}); err != nil || len(list.Items) != 1 {
+		t.Fatalf("want one plane Secret, found %d (%v)", len(list.Items), err)
+	}
+	if got := standbyKey(list.Items[0].Labels[LabelStandbyPlane]); got != rt.ensured[0] {
+		t.Fatalf("the Secret names plane %s, the runtime runs %s", got, rt.ensured[0])
 	}
 }
