@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"os/exec"
 	"slices"
 	"strconv"
 	"strings"
@@ -23,7 +24,9 @@ import (
 // full), as PSS (shared pages split among the processes that map them,
 // what a dense machine pays) and as anonymous memory (private heap and
 // stacks), for the control plane and its addons apart; and the machine's
-// MemAvailable drop per tenant.
+// MemAvailable drop per tenant. With FKE_KWOKCTL (a kwokctl binary:
+// `cd hack/k8s/kwok && go build -o /tmp/kwokctl sigs.k8s.io/kwok/cmd/kwokctl`)
+// it then makes as many kwokctl clusters beside them and reports theirs.
 //
 //	go test ./bench -run '^$' -bench Density -benchtime 1x -timeout 30m
 func BenchmarkDensity(b *testing.B) {
@@ -81,6 +84,56 @@ func BenchmarkDensity(b *testing.B) {
 	b.Logf("per tenant, control plane: RSS %.0f, PSS %.0f, anonymous %.0f MB; addons: RSS %.0f, PSS %.0f, anonymous %.0f MB",
 		mean(cp, rss), mean(cp, pss), mean(cp, anon), mean(addons, rss), mean(addons, pss), mean(addons, anon))
 	b.Logf("MemAvailable %.0f -> %.0f MB: %.0f MB per tenant (everything: control plane, addons, the manager's share)", before, after, (before-after)/float64(n))
+	if kwokctl := os.Getenv("FKE_KWOKCTL"); kwokctl != "" {
+		kwokctlDensity(b, kwokctl, e.BinDir, n)
+	}
+}
+
+// kwokctlDensity makes n kwokctl clusters (binary runtime, the same
+// upstream binaries) beside fke's tenants and reports the same figures for
+// them. kwokctl is given every binary it runs, and a proxy on a closed
+// loopback port, so that it never downloads anything.
+func kwokctlDensity(b *testing.B, kwokctl, binDir string, n int) {
+	home := b.TempDir()
+	env := append(os.Environ(), "KWOK_WORKDIR="+home, "HTTPS_PROXY=http://127.0.0.1:1", "HTTP_PROXY=http://127.0.0.1:1")
+	run := func(args ...string) {
+		cmd := exec.Command(kwokctl, args...)
+		cmd.Env = env
+		if out, err := cmd.CombinedOutput(); err != nil {
+			b.Fatalf("kwokctl %v: %v\n%s", args, err, out)
+		}
+	}
+	before := memAvailableMB(b)
+	start := time.Now()
+	for i := range n {
+		name := fmt.Sprintf("k%02d", i)
+		b.Cleanup(func() { run("delete", "cluster", "--name", name) })
+		run("create", "cluster", "--name", name, "--runtime", "binary", "--wait", "10m",
+			"--etcd-binary", binDir+"/etcd", "--kube-apiserver-binary", binDir+"/kube-apiserver",
+			"--kube-controller-manager-binary", binDir+"/kube-controller-manager", "--kube-scheduler-binary", binDir+"/kube-scheduler",
+			"--kwok-controller-binary", binDir+"/kwok")
+	}
+	allReady := time.Since(start)
+	time.Sleep(60 * time.Second) // a settling period for idle memory, not a wait for state
+	after := memAvailableMB(b)
+	var sum tenantMem
+	for i := range n {
+		dir := fmt.Sprintf("%s/clusters/k%02d/", home, i)
+		procs := testenv.FindProcs(dir)
+		if len(procs) != 5 {
+			b.Fatalf("kwokctl cluster k%02d: want 5 processes, found %d", i, len(procs))
+		}
+		for _, p := range procs {
+			sum = tenantMem{sum.rss + rssMB(p.PID), sum.pss + procKB(p.PID, "smaps_rollup", "Pss:")/1024, sum.anon + procKB(p.PID, "smaps_rollup", "Anonymous:")/1024}
+		}
+	}
+	per := float64(n)
+	b.ReportMetric(allReady.Seconds(), "s-kwokctl-all-ready")
+	b.ReportMetric(sum.pss/per, "MB-pss-kwokctl-per-cluster")
+	b.ReportMetric(sum.anon/per, "MB-anon-kwokctl-per-cluster")
+	b.Logf("kwokctl: %d clusters created one after the other in %s", n, allReady.Round(100*time.Millisecond))
+	b.Logf("kwokctl per cluster (etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok): RSS %.0f, PSS %.0f, anonymous %.0f MB", sum.rss/per, sum.pss/per, sum.anon/per)
+	b.Logf("kwokctl: MemAvailable %.0f -> %.0f MB: %.0f MB per cluster", before, after, (before-after)/per)
 }
 
 // tenantMem is memory summed over processes, in MB.
