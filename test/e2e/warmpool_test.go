@@ -41,11 +41,19 @@ func standbyPlanes(t *testing.T, e *testenv.Env) map[string][]byte {
 	return out
 }
 
-// waitPoolReady waits until `fke status` reports n of n planes ready.
-func waitPoolReady(t *testing.T, e *testenv.Env, n int, timeout time.Duration) {
+// waitPoolReady waits until `fke status` reports n of n planes ready, as
+// observed by a manager started after since.
+func waitPoolReady(t *testing.T, e *testenv.Env, n int, since time.Time, timeout time.Duration) {
 	t.Helper()
 	want := fmt.Sprintf("%d of %d standby control planes ready, 0 starting", n, n)
 	testenv.Eventually(t, timeout, "warm pool full", func() error {
+		cm := &corev1.ConfigMap{}
+		if err := e.Client().Get(context.Background(), client.ObjectKey{Namespace: manager.DefaultSystemNamespace, Name: cluster.PoolStatusConfigMap}, cm); err != nil {
+			return err
+		}
+		if observed, err := time.Parse(time.RFC3339, cm.Data["observedSince"]); err != nil || observed.Before(since.Truncate(time.Second)) {
+			return fmt.Errorf("pool status written by a manager started at %q, before %s", cm.Data["observedSince"], since)
+		}
 		out, err := e.Run("status")
 		if err != nil {
 			return err
@@ -69,9 +77,10 @@ func standbyProcs(e *testenv.Env, id string) int {
 // clusters that claimed planes run from their own directories after it;
 // `fke down` stops the pool's processes too.
 func TestWarmPool(t *testing.T) {
+	start := time.Now()
 	e := testenv.Up(t, "--warm-pool=2")
 	ctx := context.Background()
-	waitPoolReady(t, e, 2, 3*time.Minute)
+	waitPoolReady(t, e, 2, start, 3*time.Minute)
 	planes := standbyPlanes(t, e)
 	if len(planes) != 2 {
 		t.Fatalf("want 2 standby planes, found %d", len(planes))
@@ -130,7 +139,7 @@ func TestWarmPool(t *testing.T) {
 	if _, err := kubernetes.NewForConfigOrDie(&cross).CoreV1().Namespaces().List(ctx, metav1.ListOptions{}); err == nil {
 		t.Fatal("warm-a's credentials were accepted by warm-b's API server")
 	}
-	waitPoolReady(t, e, 2, 3*time.Minute)
+	waitPoolReady(t, e, 2, start, 3*time.Minute)
 	refilled := standbyPlanes(t, e)
 	for id := range refilled {
 		if _, old := planes[id]; old {
@@ -140,9 +149,9 @@ func TestWarmPool(t *testing.T) {
 
 	// The manager dies with planes in the pool: they come back, the same
 	// ones, and nothing else remains.
-	testenv.KillPID(t, e.ComponentPID("fke-manager"))
+	killed := testenv.KillPID(t, e.ComponentPID("fke-manager"))
 	testenv.Eventually(t, time.Minute, "fke-manager serving again", e.ManagerReadyz)
-	waitPoolReady(t, e, 2, 3*time.Minute)
+	waitPoolReady(t, e, 2, killed, 3*time.Minute)
 	after := standbyPlanes(t, e)
 	if !slices.Equal(planeIDs(after), planeIDs(refilled)) {
 		t.Fatalf("planes after the manager restart %v, before %v", planeIDs(after), planeIDs(refilled))

@@ -93,6 +93,8 @@ type Reconciler struct {
 	// poolMu serialises claims of standby planes with the pool's steps.
 	poolMu   sync.Mutex
 	poolKick chan struct{}
+	// poolSince is when this process's RunPool began (in the pool's status).
+	poolSince time.Time
 	claims   sync.Map // cluster UID -> id of the plane it claimed, until the claim is finished
 	cidrMu        sync.Mutex // serialises pod-range picks across clusters
 	picked        map[string]netip.Prefix

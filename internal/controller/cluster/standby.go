@@ -297,6 +297,9 @@ func (r *Reconciler) RunPool(ctx context.Context) error {
 	if err := r.ensurePoolNamespace(ctx); err != nil {
 		return err
 	}
+	r.poolMu.Lock()
+	r.poolSince = time.Now().UTC().Truncate(time.Second)
+	r.poolMu.Unlock()
 	tick := time.NewTicker(interval)
 	defer tick.Stop()
 	for {
@@ -515,6 +518,9 @@ func (r *Reconciler) recordPool(ctx context.Context, planes []warmpool.Plane, pl
 	data := map[string]string{
 		"size": fmt.Sprint(r.Warm.Size), "ready": fmt.Sprint(ready), "starting": fmt.Sprint(starting),
 		"version": r.shape().Version, "readyPlanes": strings.Join(slices.Sorted(slices.Values(readyIDs)), ","),
+		// Which manager observed it: a status written before a restart of
+		// the manager is told apart from one written after.
+		"observedSince": r.poolSince.Format(time.RFC3339),
 	}
 	cm := &corev1.ConfigMap{}
 	key := client.ObjectKey{Namespace: r.Warm.Namespace, Name: PoolStatusConfigMap}
