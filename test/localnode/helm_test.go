@@ -3,10 +3,10 @@ package localnode
 import (
 	"context"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"net"
 	"regexp"
 	"slices"
 	"strconv"

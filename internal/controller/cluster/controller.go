@@ -95,10 +95,10 @@ type Reconciler struct {
 	poolKick chan struct{}
 	// poolSince is when this process's RunPool began (in the pool's status).
 	poolSince time.Time
-	claims   sync.Map // cluster UID -> id of the plane it claimed, until the claim is finished
-	cidrMu        sync.Mutex // serialises pod-range picks across clusters
-	picked        map[string]netip.Prefix
-	base          sync.Map // cluster key -> true once the base addons are installed
+	claims    sync.Map   // cluster UID -> id of the plane it claimed, until the claim is finished
+	cidrMu    sync.Mutex // serialises pod-range picks across clusters
+	picked    map[string]netip.Prefix
+	base      sync.Map // cluster key -> true once the base addons are installed
 }
 
 // SetupWithManager registers the controller.
