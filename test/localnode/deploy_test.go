@@ -9,6 +9,7 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 
 	"fke.dev/fke/internal/image"
 	"fke.dev/fke/internal/nodeutil"
@@ -53,18 +54,7 @@ func TestDeployOnLocalNodes(t *testing.T) {
 	registry := e.WaitSystemImages()
 	e.MustRun("nodepool", "create", "demo/cpu", "--provider", "local", "--instance-type", "cpu-small", "--replicas", "1")
 	cs := e.Tenant("demo")
-	testenv.Eventually(t, 3*time.Minute, "a Ready local node", func() error {
-		list, err := cs.CoreV1().Nodes().List(t.Context(), metav1.ListOptions{})
-		if err != nil {
-			return err
-		}
-		for _, n := range list.Items {
-			if nodeutil.NodeReady(&n) {
-				return nil
-			}
-		}
-		return fmt.Errorf("no Ready node among %d", len(list.Items))
-	})
+	waitReadyLocalNode(t, cs)
 
 	dir := t.TempDir()
 	write := func(name, content string) string {
@@ -120,4 +110,22 @@ func TestDeployOnLocalNodes(t *testing.T) {
 		t.Fatalf("want the crash loop with its exit code in:\n%s", out)
 	}
 	t.Logf("its error:\n%s", out)
+}
+
+// waitReadyLocalNode waits until the cluster has a Ready node (the local
+// node its test just asked for).
+func waitReadyLocalNode(t *testing.T, cs kubernetes.Interface) {
+	t.Helper()
+	testenv.Eventually(t, 3*time.Minute, "a Ready local node", func() error {
+		list, err := cs.CoreV1().Nodes().List(t.Context(), metav1.ListOptions{})
+		if err != nil {
+			return err
+		}
+		for _, n := range list.Items {
+			if nodeutil.NodeReady(&n) {
+				return nil
+			}
+		}
+		return fmt.Errorf("no Ready node among %d", len(list.Items))
+	})
 }

@@ -30,7 +30,6 @@ import (
 	fkev1 "fke.dev/fke/api/v1alpha1"
 	"fke.dev/fke/config/crd"
 	"fke.dev/fke/internal/manager"
-	"fke.dev/fke/internal/nodeutil"
 	"fke.dev/fke/test/testenv"
 )
 
@@ -58,18 +57,7 @@ func TestHelmChart(t *testing.T) {
 	e.WaitSystemImages()
 	e.MustRun("nodepool", "create", "mgmt/cpu", "--provider", "local", "--instance-type", "cpu-small", "--replicas", "1")
 	cs := e.Tenant("mgmt")
-	testenv.Eventually(t, 3*time.Minute, "a Ready local node", func() error {
-		list, err := cs.CoreV1().Nodes().List(t.Context(), metav1.ListOptions{})
-		if err != nil {
-			return err
-		}
-		for _, n := range list.Items {
-			if nodeutil.NodeReady(&n) {
-				return nil
-			}
-		}
-		return fmt.Errorf("no Ready node among %d", len(list.Items))
-	})
+	waitReadyLocalNode(t, cs)
 
 	start := time.Now()
 	out := e.MustRun("image", "push-manager", "--from", mgrBin)
