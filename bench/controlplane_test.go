@@ -21,7 +21,6 @@ import (
 
 	fkev1 "fke.dev/fke/api/v1alpha1"
 	"fke.dev/fke/internal/controller/cluster"
-	"fke.dev/fke/internal/manager"
 	"fke.dev/fke/internal/pki"
 	"fke.dev/fke/test/testenv"
 )
@@ -157,22 +156,21 @@ func waitStandby(b *testing.B, e *testenv.Env) []byte {
 	b.Helper()
 	var ca []byte
 	testenv.Eventually(b, 3*time.Minute, "a ready standby plane", func() error {
-		cm := &corev1.ConfigMap{}
-		if err := e.Client().Get(context.Background(), client.ObjectKey{Namespace: manager.DefaultSystemNamespace, Name: cluster.PoolStatusConfigMap}, cm); err != nil {
+		status, err := e.PoolStatus()
+		if err != nil {
 			return err
 		}
-		ready := strings.Split(cm.Data["readyPlanes"], ",")
-		var list corev1.SecretList
-		if err := e.Client().List(context.Background(), &list, client.InNamespace(manager.DefaultSystemNamespace), client.HasLabels{cluster.LabelStandbyPlane}); err != nil {
+		planes, err := e.StandbyPlanes()
+		if err != nil {
 			return err
 		}
-		for _, s := range list.Items {
-			if s.Labels[cluster.LabelClaimedBy] == "" && slices.Contains(ready, s.Labels[cluster.LabelStandbyPlane]) {
-				ca = s.Data[pki.CACertFile]
+		for _, id := range strings.Split(status["readyPlanes"], ",") {
+			if planeCA, ok := planes[id]; ok {
+				ca = planeCA
 				return nil
 			}
 		}
-		return fmt.Errorf("no ready standby plane (ready: %q)", cm.Data["readyPlanes"])
+		return fmt.Errorf("no ready standby plane (ready: %q)", status["readyPlanes"])
 	})
 	return ca
 }

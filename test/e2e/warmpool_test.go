@@ -20,7 +20,6 @@ import (
 
 	"fke.dev/fke/internal/controller/cluster"
 	"fke.dev/fke/internal/controlplane"
-	"fke.dev/fke/internal/manager"
 	"fke.dev/fke/internal/pki"
 	"fke.dev/fke/test/testenv"
 )
@@ -28,17 +27,11 @@ import (
 // standbyPlanes returns the warm pool's unclaimed planes: id -> CA.
 func standbyPlanes(t *testing.T, e *testenv.Env) map[string][]byte {
 	t.Helper()
-	var list corev1.SecretList
-	if err := e.Client().List(context.Background(), &list, client.InNamespace(manager.DefaultSystemNamespace), client.HasLabels{cluster.LabelStandbyPlane}); err != nil {
+	planes, err := e.StandbyPlanes()
+	if err != nil {
 		t.Fatal(err)
 	}
-	out := map[string][]byte{}
-	for _, s := range list.Items {
-		if s.Labels[cluster.LabelClaimedBy] == "" {
-			out[s.Labels[cluster.LabelStandbyPlane]] = s.Data[pki.CACertFile]
-		}
-	}
-	return out
+	return planes
 }
 
 // waitPoolReady waits until `fke status` reports n of n planes ready, as
@@ -47,12 +40,12 @@ func waitPoolReady(t *testing.T, e *testenv.Env, n int, since time.Time, timeout
 	t.Helper()
 	want := fmt.Sprintf("%d of %d standby control planes ready, 0 starting", n, n)
 	testenv.Eventually(t, timeout, "warm pool full", func() error {
-		cm := &corev1.ConfigMap{}
-		if err := e.Client().Get(context.Background(), client.ObjectKey{Namespace: manager.DefaultSystemNamespace, Name: cluster.PoolStatusConfigMap}, cm); err != nil {
+		status, err := e.PoolStatus()
+		if err != nil {
 			return err
 		}
-		if observed, err := time.Parse(time.RFC3339, cm.Data["observedSince"]); err != nil || observed.Before(since.Truncate(time.Second)) {
-			return fmt.Errorf("pool status written by a manager started at %q, before %s", cm.Data["observedSince"], since)
+		if observed, err := time.Parse(time.RFC3339, status["observedSince"]); err != nil || observed.Before(since.Truncate(time.Second)) {
+			return fmt.Errorf("pool status written by a manager started at %q, before %s", status["observedSince"], since)
 		}
 		out, err := e.Run("status")
 		if err != nil {
