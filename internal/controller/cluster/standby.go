@@ -303,8 +303,15 @@ func (r *Reconciler) RunPool(ctx context.Context) error {
 	tick := time.NewTicker(interval)
 	defer tick.Stop()
 	for {
-		if err := r.poolStep(ctx); err != nil && ctx.Err() == nil {
+		left, err := r.poolStep(ctx)
+		if err != nil && ctx.Err() == nil {
 			lg.Info("warm pool step failed", "error", err.Error())
+		}
+		if err == nil && left == 0 && r.Warm.Size == 0 {
+			// Off, and nothing left from a run with a pool: no more steps
+			// (each lists the API server).
+			<-ctx.Done()
+			return nil
 		}
 		select {
 		case <-ctx.Done():
@@ -325,17 +332,17 @@ func (r *Reconciler) ensurePoolNamespace(ctx context.Context) error {
 
 // poolStep starts the planes that should run, removes those the plan
 // drops, starts one new plane when the plan says so, and records the
-// pool's state.
-func (r *Reconciler) poolStep(ctx context.Context) error {
+// pool's state. It returns how many planes the pool holds after it.
+func (r *Reconciler) poolStep(ctx context.Context) (int, error) {
 	r.poolMu.Lock()
 	defer r.poolMu.Unlock()
 	secrets, err := r.standbySecrets(ctx)
 	if err != nil {
-		return err
+		return -1, err
 	}
 	var clusters fkev1.ClusterList
 	if err := r.Client.List(ctx, &clusters); err != nil {
-		return fmt.Errorf("listing clusters: %w", err)
+		return -1, fmt.Errorf("listing clusters: %w", err)
 	}
 	exists, busy := map[string]bool{}, false
 	for _, c := range clusters.Items {
@@ -378,7 +385,7 @@ func (r *Reconciler) poolStep(ctx context.Context) error {
 	}
 	errs = append(errs, r.pruneStandbyData(ctx, byID))
 	errs = append(errs, r.recordPool(ctx, planes, plan))
-	return errors.Join(errs...)
+	return len(byID) - len(plan.Remove), errors.Join(errs...)
 }
 
 // starting reports whether a component of a control plane runs and does

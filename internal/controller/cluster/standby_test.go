@@ -202,7 +202,7 @@ func TestPoolStepKeepsTheNewPlane(t *testing.T) {
 		HostRoutes: func() ([]netip.Prefix, error) { return nil, nil }}
 	ctx := context.Background()
 	for range 2 {
-		if err := r.poolStep(ctx); err != nil {
+		if _, err := r.poolStep(ctx); err != nil {
 			t.Fatal(err)
 		}
 	}
