@@ -35,6 +35,7 @@ import (
 	"fke.dev/fke/internal/controller/machine"
 	"fke.dev/fke/internal/controller/nodepool"
 	releasecontroller "fke.dev/fke/internal/controller/release"
+	"fke.dev/fke/internal/controlplane"
 	"fke.dev/fke/internal/controlplane/local"
 	"fke.dev/fke/internal/hostnet"
 	"fke.dev/fke/internal/nodejoin"
@@ -220,10 +221,14 @@ func Run(ctx context.Context, opts Options) error {
 		return fmt.Errorf("setting up release controller: %w", err)
 	}
 
+	runtimes := map[fkev1.ControlPlaneRuntime]controlplane.Runtime{}
 	if rt != nil {
+		runtimes[fkev1.RuntimeLocal] = rt
+	}
+	if len(runtimes) > 0 {
 		approvers := &bootstrap.Approvers{Log: log.With("component", "serving-approver")}
 		defer approvers.StopAll()
-		if err := setupClusters(mgr, opts, rt, tenants, providers, approvers); err != nil {
+		if err := setupClusters(mgr, opts, runtimes, tenants, providers, approvers); err != nil {
 			return err
 		}
 	}
@@ -245,7 +250,7 @@ func Run(ctx context.Context, opts Options) error {
 
 // setupClusters registers the controllers that need a control-plane
 // runtime: clusters and their backups.
-func setupClusters(mgr ctrl.Manager, opts Options, rt *local.Runtime, tenants *tenant.Registry,
+func setupClusters(mgr ctrl.Manager, opts Options, runtimes map[fkev1.ControlPlaneRuntime]controlplane.Runtime, tenants *tenant.Registry,
 	providers map[fkev1.ProviderName]nodeprovider.Provider, approvers *bootstrap.Approvers) error {
 	backupDir := filepath.Join(opts.DataDir, "backups")
 	backups := &backupcontroller.Reconciler{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("fke-backup"), Dir: backupDir}
@@ -255,7 +260,7 @@ func setupClusters(mgr ctrl.Manager, opts Options, rt *local.Runtime, tenants *t
 	if err := (&cluster.Reconciler{
 		Client:      mgr.GetClient(),
 		APIReader:   mgr.GetAPIReader(),
-		Runtime:     rt,
+		Runtimes:    runtimes,
 		BackupDir:   backupDir,
 		Recorder:    mgr.GetEventRecorder("fke-cluster"),
 		Versioner:   ServerVersion,

@@ -153,7 +153,7 @@ func (r *Reconciler) reconcileUpgrade(ctx context.Context, cl *fkev1.Cluster, sp
 	default:
 		up2 := spec
 		up2.Version = target
-		err = r.Runtime.Upgrade(ctx, up2, step)
+		err = r.runtime(cl).Upgrade(ctx, up2, step)
 		if err == nil {
 			r.Recorder.Eventf(cl, nil, corev1.EventTypeNormal, "ComponentUpgraded", "Upgrade", "%s now runs %s", step, target)
 			if step == controlplane.APIServer {
