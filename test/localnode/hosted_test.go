@@ -47,13 +47,7 @@ func TestHostedRuntime(t *testing.T) {
 	cs := e.Tenant("mgmt")
 	waitReadyLocalNode(t, cs)
 
-	start := time.Now()
-	out := e.MustRun("image", "push-control-plane")
-	m := regexp.MustCompile(`--hosted-registry=(\S+)`).FindStringSubmatch(out)
-	if m == nil {
-		t.Fatalf("push-control-plane printed no registry:\n%s", out)
-	}
-	t.Logf("FIGURE build and push the control-plane images: %s", time.Since(start).Round(10*time.Millisecond))
+	registry := pushControlPlane(t, e)
 
 	scheme, err := manager.Scheme()
 	if err != nil {
@@ -63,7 +57,7 @@ func TestHostedRuntime(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rt, err := hosted.New(hosted.Options{Client: mgmt, Registry: m[1]})
+	rt, err := hosted.New(hosted.Options{Client: mgmt, Registry: registry})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -178,6 +172,20 @@ func TestHostedRuntime(t *testing.T) {
 			t.Errorf("%s's etcd role left: %v", b.key, err)
 		}
 	})
+}
+
+// pushControlPlane pushes the hosted runtime's images to fke's registry
+// and returns the registry the management cluster's nodes pull them from.
+func pushControlPlane(t *testing.T, e *testenv.Env) string {
+	t.Helper()
+	start := time.Now()
+	out := e.MustRun("image", "push-control-plane")
+	m := regexp.MustCompile(`--hosted-registry=(\S+)`).FindStringSubmatch(out)
+	if m == nil {
+		t.Fatalf("push-control-plane printed no registry:\n%s", out)
+	}
+	t.Logf("FIGURE build and push the control-plane images: %s", time.Since(start).Round(10*time.Millisecond))
+	return m[1]
 }
 
 // hostedPlane is one tenant control plane of the hosted runtime.
