@@ -189,7 +189,7 @@ func TestHelmChart(t *testing.T) {
 		t.Fatalf("helm upgrade to the hosted runtime: %v", err)
 	}
 	managerRolledOut(t, cs, 2, "768Mi")
-	testHostedClusters(t, e, cs)
+	testHostedClusters(t, e, cs, kubeconfig)
 }
 
 // metricsOf checks that the metrics Service has pod among its ready

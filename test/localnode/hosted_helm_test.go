@@ -1,7 +1,13 @@
 package localnode
 
 import (
+	"bytes"
 	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -18,7 +24,9 @@ import (
 	fkev1 "fke.dev/fke/api/v1alpha1"
 	"fke.dev/fke/internal/controller/cluster"
 	"fke.dev/fke/internal/controlplane/hosted"
+	"fke.dev/fke/internal/image"
 	"fke.dev/fke/internal/manager"
+	"fke.dev/fke/internal/nodeutil"
 	"fke.dev/fke/test/testenv"
 )
 
@@ -28,7 +36,7 @@ import (
 // are being reconciled; both become Ready, each serves its own admin
 // kubeconfig and refuses the other's; deleting them removes everything
 // they owned.
-func testHostedClusters(t *testing.T, e *testenv.Env, cs kubernetes.Interface) {
+func testHostedClusters(t *testing.T, e *testenv.Env, cs kubernetes.Interface, mgmtKubeconfig string) {
 	scheme, err := manager.Scheme()
 	if err != nil {
 		t.Fatal(err)
@@ -37,12 +45,16 @@ func testHostedClusters(t *testing.T, e *testenv.Env, cs kubernetes.Interface) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	nodeReg := e.WaitSystemImages() // as nodes reach it
 	clusters := map[string]fkev1.Datastore{"hosted-a": fkev1.DatastoreDedicated, "hosted-b": fkev1.DatastoreShared}
+	// Pod ranges of their own: the manager in its pod cannot see the
+	// management cluster's range, and a host joined to hosted-a routes both.
+	podCIDRs := map[string]string{"hosted-a": "10.200.0.0/16", "hosted-b": "10.204.0.0/16"}
 	start := time.Now()
 	for name, ds := range clusters {
 		cl := &fkev1.Cluster{
 			ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name},
-			Spec: fkev1.ClusterSpec{Runtime: fkev1.RuntimeHosted, Datastore: ds, Addons: fkev1.ClusterAddons{
+			Spec: fkev1.ClusterSpec{Runtime: fkev1.RuntimeHosted, Datastore: ds, Network: fkev1.ClusterNetwork{PodCIDR: podCIDRs[name]}, Addons: fkev1.ClusterAddons{
 				MetricsServer: fkev1.MetricsServerAddon{Enabled: ptr.To(false)},
 				GPUMetrics:    fkev1.GPUMetricsAddon{Enabled: ptr.To(false)},
 			}},
@@ -123,6 +135,60 @@ func testHostedClusters(t *testing.T, e *testenv.Env, cs kubernetes.Interface) {
 				t.Errorf("%s: %d Services in %s, want %d", name, len(svcs.Items), ns, want)
 			}
 		}
+	})
+	t.Run("a host joined to a hosted cluster runs a pod", func(t *testing.T) {
+		tcs := kubernetes.NewForConfigOrDie(cfgs["hosted-a"])
+		file := filepath.Join(t.TempDir(), "bootstrap.yaml")
+		data := e.MustRun("--kubeconfig", mgmtKubeconfig, "node", "bootstrap-file", "hosted-a", "--pool", "metal")
+		if err := os.WriteFile(file, []byte(data), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		cmd := exec.Command(e.Fke, "--data-dir", e.DataDir, "--bin-dir", e.BinDir, "node", "join", "--bootstrap", file, "--name", "hosted-metal")
+		var out bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &out
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		defer func() {
+			if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+				t.Error(err)
+			}
+			if err := cmd.Wait(); err != nil || !strings.Contains(out.String(), "removed from this host") {
+				t.Errorf("fke node join: %v\n%s", err, out.String())
+			}
+		}()
+		testenv.Eventually(t, 3*time.Minute, "node hosted-metal Ready in hosted-a", func() error {
+			n, err := tcs.CoreV1().Nodes().Get(t.Context(), "hosted-metal", metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			if !nodeutil.NodeReady(n) {
+				return fmt.Errorf("node not Ready: %+v", n.Status.Conditions)
+			}
+			return nil
+		})
+		pod := &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: "on-hosted-metal"},
+			Spec: corev1.PodSpec{NodeName: "hosted-metal", Containers: []corev1.Container{{
+				Name: "app", Image: image.DemoServer.Ref(nodeReg),
+			}}},
+		}
+		if _, err := tcs.CoreV1().Pods("default").Create(t.Context(), pod, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		testenv.Eventually(t, 2*time.Minute, "the pod Running on the joined host", func() error {
+			p, err := tcs.CoreV1().Pods("default").Get(t.Context(), pod.Name, metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			if p.Status.Phase != corev1.PodRunning || p.Status.PodIP == "" {
+				return fmt.Errorf("phase %s, IP %q", p.Status.Phase, p.Status.PodIP)
+			}
+			if !strings.HasPrefix(p.Status.PodIP, "10.200.") {
+				t.Errorf("pod IP %s is not in hosted-a's pod range %s", p.Status.PodIP, podCIDRs["hosted-a"])
+			}
+			return nil
+		})
 	})
 	t.Run("deleting a cluster removes everything it owned", func(t *testing.T) {
 		for name := range clusters {
