@@ -20,12 +20,10 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"fke.dev/fke/internal/controlplane"
 	"fke.dev/fke/internal/controlplane/hosted"
-	"fke.dev/fke/internal/encryption"
 	"fke.dev/fke/internal/manager"
 	"fke.dev/fke/internal/pki"
 	"fke.dev/fke/test/testenv"
@@ -69,107 +67,117 @@ func TestHostedRuntime(t *testing.T) {
 
 	// Both control planes at once, as a manager reconciles two new
 	// Clusters; each is polled as the cluster controller does.
-	planes := map[string]*hostedPlane{
-		hosted.Dedicated: {key: "team-a/dedicated", datastore: hosted.Dedicated},
-		hosted.Shared:    {key: "team-b/shared", datastore: hosted.Shared},
-	}
+	keys := map[string]string{hosted.Dedicated: "team-a/dedicated", hosted.Shared: "team-b/shared"}
+	planes := map[string]*testenv.HostedPlane{}
+	var mu sync.Mutex
 	var wg sync.WaitGroup
-	for _, p := range planes {
-		wg.Go(func() { p.create(t, rt) })
+	ctx, cancel := context.WithTimeout(t.Context(), 8*time.Minute)
+	defer cancel()
+	for ds, key := range keys {
+		wg.Go(func() {
+			p, err := testenv.CreateHostedPlane(ctx, rt, key, ds)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			mu.Lock()
+			planes[ds] = p
+			mu.Unlock()
+		})
 	}
 	wg.Wait()
 	if t.Failed() {
 		t.FailNow()
 	}
 	for _, p := range planes {
-		t.Logf("FIGURE hosted control plane (%s etcd) create -> /readyz: %s", p.datastore, p.ready.Round(10*time.Millisecond))
+		t.Logf("FIGURE hosted control plane (%s etcd) create -> /readyz: %s", p.Datastore, p.Ready.Round(10*time.Millisecond))
 	}
 	a, b := planes[hosted.Dedicated], planes[hosted.Shared]
 
 	t.Run("each tenant serves its own admin and keeps its own objects", func(t *testing.T) {
 		for _, p := range planes {
-			cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "owner"}, Data: map[string]string{"key": p.key}}
-			if _, err := p.cs.CoreV1().ConfigMaps("default").Create(t.Context(), cm, metav1.CreateOptions{}); err != nil {
-				t.Fatalf("%s: %v", p.key, err)
+			cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "owner"}, Data: map[string]string{"key": p.Key}}
+			if _, err := p.Clientset.CoreV1().ConfigMaps("default").Create(t.Context(), cm, metav1.CreateOptions{}); err != nil {
+				t.Fatalf("%s: %v", p.Key, err)
 			}
 		}
 		for _, p := range planes {
-			got, err := p.cs.CoreV1().ConfigMaps("default").Get(t.Context(), "owner", metav1.GetOptions{})
-			if err != nil || got.Data["key"] != p.key {
-				t.Errorf("%s reads %v, %v", p.key, got.Data, err)
+			got, err := p.Clientset.CoreV1().ConfigMaps("default").Get(t.Context(), "owner", metav1.GetOptions{})
+			if err != nil || got.Data["key"] != p.Key {
+				t.Errorf("%s reads %v, %v", p.Key, got.Data, err)
 			}
 		}
 	})
 	t.Run("credentials of one tenant open nothing of the other", func(t *testing.T) {
-		cfg := rest.CopyConfig(b.cfg)
-		cfg.TLSClientConfig.CertData, cfg.TLSClientConfig.KeyData = a.bundle[pki.AdminCertFile], a.bundle[pki.AdminKeyFile]
+		cfg := rest.CopyConfig(b.Config)
+		cfg.TLSClientConfig.CertData, cfg.TLSClientConfig.KeyData = a.Bundle[pki.AdminCertFile], a.Bundle[pki.AdminKeyFile]
 		other := kubernetes.NewForConfigOrDie(cfg)
 		if _, err := other.CoreV1().ConfigMaps("default").Get(t.Context(), "owner", metav1.GetOptions{}); !apierrors.IsUnauthorized(err) {
-			t.Errorf("%s's admin against %s: %v, want 401 Unauthorized", a.key, b.key, err)
+			t.Errorf("%s's admin against %s: %v, want 401 Unauthorized", a.Key, b.Key, err)
 		}
 		// b's etcd user reads its own prefix and nothing else.
-		own := sharedEtcdClient(t, mgmt, b.secret(t, mgmt))
-		ns := hosted.Namespace(b.key)
+		own := sharedEtcdClient(t, mgmt, hostedSecret(t, mgmt, b))
+		ns := hosted.Namespace(b.Key)
 		if resp, err := own.Get(t.Context(), hosted.Prefix(ns)+"/", clientv3.WithPrefix(), clientv3.WithCountOnly()); err != nil || resp.Count == 0 {
-			t.Errorf("%s reads its own prefix: %v keys, %v", b.key, resp, err)
+			t.Errorf("%s reads its own prefix: %v keys, %v", b.Key, resp, err)
 		}
 		for _, key := range []string{"/fke/fke-team-c-other/registry/", "/registry/", "/"} {
 			if _, err := own.Get(t.Context(), key, clientv3.WithPrefix()); !errors.Is(err, rpctypes.ErrPermissionDenied) {
-				t.Errorf("%s reads %s: %v, want permission denied", b.key, key, err)
+				t.Errorf("%s reads %s: %v, want permission denied", b.Key, key, err)
 			}
 		}
 		// a's etcd credentials come from its own etcd CA: the shared etcd
 		// refuses the handshake.
-		sec := a.secret(t, mgmt)
+		sec := hostedSecret(t, mgmt, a)
 		if _, err := sharedEtcdClient(t, mgmt, sec).Get(t.Context(), "/fke/", clientv3.WithPrefix()); err == nil {
-			t.Errorf("the shared etcd answers %s's etcd client certificate", a.key)
+			t.Errorf("the shared etcd answers %s's etcd client certificate", a.Key)
 		}
 	})
 	t.Run("the API answers through the other replica while one API server pod is killed", func(t *testing.T) {
 		for _, p := range planes {
-			pods, err := cs.CoreV1().Pods(hosted.Namespace(p.key)).List(t.Context(), metav1.ListOptions{LabelSelector: hosted.LabelComponent + "=" + controlplane.APIServer})
+			pods, err := cs.CoreV1().Pods(hosted.Namespace(p.Key)).List(t.Context(), metav1.ListOptions{LabelSelector: hosted.LabelComponent + "=" + controlplane.APIServer})
 			if err != nil || len(pods.Items) < 2 {
-				t.Fatalf("%s: %d API server pods, %v; want 2", p.key, len(pods.Items), err)
+				t.Fatalf("%s: %d API server pods, %v; want 2", p.Key, len(pods.Items), err)
 			}
-			probe, err := testenv.ProbeAPI(p.cfg, "/api/v1/namespaces/default", 100*time.Millisecond)
+			probe, err := testenv.ProbeAPI(p.Config, "/api/v1/namespaces/default", 100*time.Millisecond)
 			if err != nil {
 				t.Fatal(err)
 			}
 			victim := pods.Items[0].Name
-			if err := cs.CoreV1().Pods(hosted.Namespace(p.key)).Delete(t.Context(), victim, metav1.DeleteOptions{GracePeriodSeconds: new(int64)}); err != nil {
+			if err := cs.CoreV1().Pods(hosted.Namespace(p.Key)).Delete(t.Context(), victim, metav1.DeleteOptions{GracePeriodSeconds: new(int64)}); err != nil {
 				t.Fatal(err)
 			}
 			// Until its replacement serves.
-			waitAPIServers(t, cs, p.key, victim)
+			waitAPIServers(t, cs, p.Key, victim)
 			gap, summary := probe.Stop()
-			t.Logf("FIGURE %s: API server pod killed -> replaced: %s", p.key, summary)
+			t.Logf("FIGURE %s: API server pod killed -> replaced: %s", p.Key, summary)
 			if gap > 5*time.Second {
-				t.Errorf("%s went unanswered for %s while one of two API servers was killed", p.key, gap)
+				t.Errorf("%s went unanswered for %s while one of two API servers was killed", p.Key, gap)
 			}
 		}
 	})
 	t.Run("deleting a control plane removes its namespace and its shared etcd user", func(t *testing.T) {
 		for _, p := range planes {
-			if err := rt.Delete(t.Context(), p.key); err != nil {
-				t.Fatalf("%s: %v", p.key, err)
+			if err := rt.Delete(t.Context(), p.Key); err != nil {
+				t.Fatalf("%s: %v", p.Key, err)
 			}
-			if err := mgmt.Get(t.Context(), client.ObjectKey{Name: hosted.Namespace(p.key)}, &corev1.Namespace{}); !apierrors.IsNotFound(err) {
-				t.Errorf("%s: namespace still there: %v", p.key, err)
+			if err := mgmt.Get(t.Context(), client.ObjectKey{Name: hosted.Namespace(p.Key)}, &corev1.Namespace{}); !apierrors.IsNotFound(err) {
+				t.Errorf("%s: namespace still there: %v", p.Key, err)
 			}
-			if st, err := rt.Status(t.Context(), p.key); err != nil || len(st.Components) != 0 {
-				t.Errorf("%s: status after delete %+v, %v", p.key, st, err)
+			if st, err := rt.Status(t.Context(), p.Key); err != nil || len(st.Components) != 0 {
+				t.Errorf("%s: status after delete %+v, %v", p.Key, st, err)
 			}
 		}
 		root := sharedEtcdClient(t, mgmt, rootSecret(t, mgmt))
-		ns := hosted.Namespace(b.key)
+		ns := hosted.Namespace(b.Key)
 		if resp, err := root.Get(t.Context(), hosted.Prefix(ns)+"/", clientv3.WithPrefix(), clientv3.WithCountOnly()); err != nil || resp.Count != 0 {
-			t.Errorf("%s's keys left in the shared etcd: %v, %v", b.key, resp, err)
+			t.Errorf("%s's keys left in the shared etcd: %v, %v", b.Key, resp, err)
 		}
 		if _, err := root.UserGet(t.Context(), ns); !errors.Is(err, rpctypes.ErrUserNotFound) {
-			t.Errorf("%s's etcd user left: %v", b.key, err)
+			t.Errorf("%s's etcd user left: %v", b.Key, err)
 		}
 		if _, err := root.RoleGet(t.Context(), ns); !errors.Is(err, rpctypes.ErrRoleNotFound) {
-			t.Errorf("%s's etcd role left: %v", b.key, err)
+			t.Errorf("%s's etcd role left: %v", b.Key, err)
 		}
 	})
 }
@@ -188,74 +196,11 @@ func pushControlPlane(t *testing.T, e *testenv.Env) string {
 	return m[1]
 }
 
-// hostedPlane is one tenant control plane of the hosted runtime.
-type hostedPlane struct {
-	key, datastore string
-	bundle         pki.Bundle
-	cfg            *rest.Config
-	cs             kubernetes.Interface
-	ready          time.Duration
-}
-
-// create does what the cluster controller does for a new Cluster: the
-// runtime's addresses, the PKI for them, then Ensure until every component
-// is ready and the endpoint answers /readyz.
-func (p *hostedPlane) create(t *testing.T, rt *hosted.Runtime) {
-	ctx, cancel := context.WithTimeout(t.Context(), 8*time.Minute)
-	defer cancel()
-	start := time.Now()
-	spec := controlplane.Spec{Key: p.key, Version: "v1.37.2", PodCIDR: "10.244.0.0/16", ServiceCIDR: "10.96.0.0/16", Datastore: p.datastore}
-	addrs, err := rt.Addresses(ctx, spec)
-	if err != nil {
-		t.Errorf("%s: addresses: %v", p.key, err)
-		return
-	}
-	b, _, err := pki.EnsureBundle(nil, pki.ControlPlaneSpec{
-		ClusterName: p.key, APIServerIPs: addrs.APIServerIPs, APIServerDNSNames: addrs.APIServerDNSNames, EtcdDNSNames: addrs.EtcdDNSNames,
-	})
-	if err == nil {
-		b[encryption.ConfigFile], _, err = encryption.Ensure(nil)
-	}
-	if err != nil {
-		t.Errorf("%s: PKI: %v", p.key, err)
-		return
-	}
-	spec.PKI, p.bundle = b, b
-	var st controlplane.Status
-	for {
-		if st, err = rt.Ensure(ctx, spec); err == nil && st.Ready() {
-			break
-		}
-		select {
-		case <-ctx.Done():
-			t.Errorf("%s not ready: %+v, last error %v", p.key, st, err)
-			return
-		case <-time.After(500 * time.Millisecond):
-		}
-	}
-	kc, err := pki.Kubeconfig(p.key, st.Endpoint, b[pki.CACertFile], b[pki.AdminCertFile], b[pki.AdminKeyFile], pki.AdminUser)
-	if err == nil {
-		p.cfg, err = clientcmd.RESTConfigFromKubeConfig(kc)
-	}
-	if err != nil {
-		t.Errorf("%s: %v", p.key, err)
-		return
-	}
-	for testenv.Readyz(p.cfg) != nil {
-		if ctx.Err() != nil {
-			t.Errorf("%s: %s does not answer /readyz: %v", p.key, st.Endpoint, testenv.Readyz(p.cfg))
-			return
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	p.ready = time.Since(start)
-	p.cs = kubernetes.NewForConfigOrDie(p.cfg)
-}
-
-func (p *hostedPlane) secret(t *testing.T, c client.Client) *corev1.Secret {
+// hostedSecret is the Secret of p's components.
+func hostedSecret(t *testing.T, c client.Client, p *testenv.HostedPlane) *corev1.Secret {
 	t.Helper()
 	s := &corev1.Secret{}
-	if err := c.Get(t.Context(), client.ObjectKey{Namespace: hosted.Namespace(p.key), Name: hosted.SecretName}, s); err != nil {
+	if err := c.Get(t.Context(), client.ObjectKey{Namespace: hosted.Namespace(p.Key), Name: hosted.SecretName}, s); err != nil {
 		t.Fatal(err)
 	}
 	return s
