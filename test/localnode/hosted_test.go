@@ -242,7 +242,7 @@ func sharedEtcdClient(t *testing.T, c client.Client, secret *corev1.Secret) *cli
 	}
 	cli, err := clientv3.New(clientv3.Config{
 		Endpoints: eps, DialTimeout: 5 * time.Second, Logger: zap.NewNop(),
-		TLS: &tls.Config{RootCAs: pool, Certificates: []tls.Certificate{pair}, ServerName: hosted.SharedEtcdName + "." + manager.DefaultSystemNamespace + ".svc"},
+		TLS: hosted.TLSByName(pool, pair, hosted.SharedEtcdName+"."+manager.DefaultSystemNamespace+".svc"),
 	})
 	if err != nil {
 		t.Fatal(err)
