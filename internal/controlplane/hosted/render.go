@@ -415,9 +415,9 @@ func etcdCluster(name, namespace, secret, image string, replicas int32, extra []
 		"--peer-skip-client-san-verification=true",
 		// Members share their nodes' CPU with other tenants: with etcd's
 		// default 100 ms heartbeat a busy node makes followers call
-		// elections and linearizable reads time out. Ten times the
-		// defaults, as etcd's tuning guide suggests for slow or shared
-		// machines.
+		// elections and linearizable reads time out. Two and a half times
+		// the defaults (etcd's tuning guide: raise both together, the
+		// election timeout ten heartbeats).
 		"--heartbeat-interval=250",
 		"--election-timeout=2500",
 		"--snapshot-count=10000",
