@@ -217,13 +217,34 @@ func containerSecurity() *corev1.SecurityContext {
 	}
 }
 
-func httpsProbe(path string, port int32, failures int32) *corev1.Probe {
-	return &corev1.Probe{
-		ProbeHandler:     corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: path, Port: intstr.FromInt32(port), Scheme: corev1.URISchemeHTTPS}},
-		PeriodSeconds:    2,
-		TimeoutSeconds:   2,
-		FailureThreshold: failures,
+// Probes, as kubeadm's static pods have them: a component under a busy
+// node's load answers slowly, not never, so each probe waits up to 15 s;
+// startup is polled often (a plane is ready as soon as it serves) and
+// allowed 4 minutes; a live component is restarted after 80 s without an
+// answer.
+type probeKind int
+
+const (
+	startup probeKind = iota
+	liveness
+	readiness
+)
+
+func probe(h corev1.ProbeHandler, kind probeKind) *corev1.Probe {
+	p := &corev1.Probe{ProbeHandler: h, TimeoutSeconds: 15}
+	switch kind {
+	case startup:
+		p.PeriodSeconds, p.FailureThreshold = 2, 120
+	case liveness:
+		p.PeriodSeconds, p.FailureThreshold = 10, 8
+	case readiness:
+		p.PeriodSeconds, p.FailureThreshold = 2, 3
 	}
+	return p
+}
+
+func httpsProbe(path string, port int32, kind probeKind) *corev1.Probe {
+	return probe(corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: path, Port: intstr.FromInt32(port), Scheme: corev1.URISchemeHTTPS}}, kind)
 }
 
 func requests(cpu, memory string) corev1.ResourceRequirements {
@@ -258,15 +279,15 @@ func (p plane) deployment(component string, replicas int32, args []string, port 
 				{Name: "files", MountPath: mountDir, ReadOnly: true},
 				{Name: "tmp", MountPath: "/tmp"},
 			},
-			StartupProbe:   httpsProbe("/livez", port, 60),
-			LivenessProbe:  httpsProbe("/livez", port, 8),
-			ReadinessProbe: httpsProbe("/readyz", port, 3),
+			StartupProbe:   httpsProbe("/livez", port, startup),
+			LivenessProbe:  httpsProbe("/livez", port, liveness),
+			ReadinessProbe: httpsProbe("/readyz", port, readiness),
 		}},
 	}
 	if component != controlplane.APIServer {
 		// kube-controller-manager and kube-scheduler serve /healthz only.
 		c := &pod.Containers[0]
-		c.StartupProbe, c.LivenessProbe, c.ReadinessProbe = httpsProbe("/healthz", port, 60), httpsProbe("/healthz", port, 8), httpsProbe("/healthz", port, 3)
+		c.StartupProbe, c.LivenessProbe, c.ReadinessProbe = httpsProbe("/healthz", port, startup), httpsProbe("/healthz", port, liveness), httpsProbe("/healthz", port, readiness)
 	}
 	d := &appsv1.Deployment{
 		TypeMeta:   metav1.TypeMeta{APIVersion: "apps/v1", Kind: "Deployment"},
@@ -424,11 +445,8 @@ func etcdCluster(name, namespace, secret, image string, replicas int32, extra []
 		"--quota-backend-bytes=2147483648",
 		"--log-level=warn",
 	}, extra...)
-	httpProbe := func(path string, failures int32) *corev1.Probe {
-		return &corev1.Probe{
-			ProbeHandler:  corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: path, Port: intstr.FromInt32(etcdMetricsPort)}},
-			PeriodSeconds: 2, TimeoutSeconds: 2, FailureThreshold: failures,
-		}
+	httpProbe := func(path string, kind probeKind) *corev1.Probe {
+		return probe(corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: path, Port: intstr.FromInt32(etcdMetricsPort)}}, kind)
 	}
 	vol := volume(componentKeys(controlplane.Etcd)...)
 	vol.Secret.SecretName = secret
@@ -466,9 +484,9 @@ func etcdCluster(name, namespace, secret, image string, replicas int32, extra []
 							{Name: "files", MountPath: mountDir, ReadOnly: true},
 							{Name: "data", MountPath: "/var/lib/etcd"},
 						},
-						StartupProbe:   httpProbe("/livez", 60),
-						LivenessProbe:  httpProbe("/livez", 8),
-						ReadinessProbe: httpProbe("/readyz", 3),
+						StartupProbe:   httpProbe("/livez", startup),
+						LivenessProbe:  httpProbe("/livez", liveness),
+						ReadinessProbe: httpProbe("/readyz", readiness),
 					}},
 				},
 			},
