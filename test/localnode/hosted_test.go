@@ -2,6 +2,7 @@ package localnode
 
 import (
 	"context"
+	"os"
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
@@ -37,6 +38,9 @@ import (
 // the other replica; deleting a control plane removes its namespace and
 // its keys, user and role in the shared etcd.
 func TestHostedRuntime(t *testing.T) {
+	if os.Getenv("FKE_TEST_HOSTED") == "" {
+		t.Skip("the hosted runtime's test is not part of the suite yet: set FKE_TEST_HOSTED=1 (see the README, Development)")
+	}
 	requireNodeTools(t)
 	e := upForLocalNodes(t)
 	e.MustRun("cluster", "create", "mgmt", "--wait", "--metrics-server=false", "--gpu-metrics=false")

@@ -232,6 +232,9 @@ func (s *sharedEtcd) root(ctx context.Context) (*clientv3.Client, map[string][]b
 // user and role, granted its prefix only, and returns its credentials:
 // the pair already in its Secret when still valid, else a new one.
 func (s *sharedEtcd) ensureTenant(ctx context.Context, key, tenantNS string) (tenantCreds, error) {
+	if creds, ok := s.provisioned(ctx, tenantNS); ok {
+		return creds, nil
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	cli, data, err := s.root(ctx)
@@ -276,6 +279,33 @@ func (s *sharedEtcd) ensureTenant(ctx context.Context, key, tenantNS string) (te
 		servers: etcdURLs(SharedEtcdName, s.ns(), int(s.r.opts.EtcdReplicas)),
 		prefix:  Prefix(tenantNS),
 	}, nil
+}
+
+// provisioned returns the tenant's credentials without a call to etcd when
+// its user is recorded on its namespace and its Secret holds a valid pair
+// of that user: a running tenant costs its reconciles no etcd round trip.
+func (s *sharedEtcd) provisioned(ctx context.Context, tenantNS string) (tenantCreds, bool) {
+	ns := &corev1.Namespace{}
+	if err := s.r.c.Get(ctx, client.ObjectKey{Name: tenantNS}, ns); err != nil || ns.Annotations[AnnotationDatastoreUser] != tenantNS {
+		return tenantCreds{}, false
+	}
+	secret := &corev1.Secret{}
+	if err := s.r.c.Get(ctx, client.ObjectKey{Namespace: s.ns(), Name: SharedEtcdSecret}, secret); err != nil {
+		return tenantCreds{}, false
+	}
+	cert, key, err := s.tenantPair(ctx, secret.Data, tenantNS, tenantNS)
+	if err != nil {
+		return tenantCreds{}, false
+	}
+	existing := &corev1.Secret{}
+	if err := s.r.c.Get(ctx, client.ObjectKey{Namespace: tenantNS, Name: SecretName}, existing); err != nil || string(existing.Data[datastoreCert]) != string(cert) {
+		return tenantCreds{}, false // a new pair: grant it through etcd first
+	}
+	return tenantCreds{
+		ca: secret.Data[pki.EtcdCACertFile], cert: cert, key: key,
+		servers: etcdURLs(SharedEtcdName, s.ns(), int(s.r.opts.EtcdReplicas)),
+		prefix:  Prefix(tenantNS),
+	}, true
 }
 
 // tenantPair returns the tenant's client pair from its Secret when it is
