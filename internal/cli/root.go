@@ -29,10 +29,10 @@ type globals struct {
 	// kubeconfig, when set, names the management API (an fke installed
 	// with the Helm chart) instead of the local management plane.
 	kubeconfig string
-	binDir    string
-	namespace string
-	out       io.Writer
-	errOut    io.Writer
+	binDir     string
+	namespace  string
+	out        io.Writer
+	errOut     io.Writer
 }
 
 // NewRoot returns the fke command.

@@ -2,11 +2,11 @@ package localnode
 
 import (
 	"context"
-	"os"
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"os"
 	"regexp"
 	"strings"
 	"sync"
