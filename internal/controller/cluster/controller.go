@@ -180,15 +180,17 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.
 		return ctrl.Result{}, err
 	}
 	restore := ""
-	if from := cl.Spec.RestoreFrom; from != nil {
-		snap, err := backup.Verify(backup.Dir(filepath.Join(r.BackupDir, cl.Namespace, from.Cluster)), from.Snapshot)
+	// Once the control plane was started, its etcd holds the snapshot's
+	// data: the snapshot may since have been pruned.
+	if from := cl.Spec.RestoreFrom; from != nil && cl.Status.Endpoint == "" {
+		_, path, err := r.restoreSnapshot(ctx, cl)
 		if err != nil {
 			msg := fmt.Sprintf("cannot restore from snapshot %s of cluster %s: %v", from.Snapshot, from.Cluster, err)
 			setNotReady(cl, fkev1.ReasonRestoreFailed, msg)
 			r.Recorder.Eventf(cl, nil, corev1.EventTypeWarning, fkev1.ReasonRestoreFailed, "Restore", msg)
 			return ctrl.Result{RequeueAfter: time.Minute}, nil
 		}
-		restore = backup.Dir(filepath.Join(r.BackupDir, cl.Namespace, from.Cluster)).File(snap.Name)
+		restore = path
 	}
 	if want := cl.Annotations[fkev1.AnnotationRestoreInPlace]; want != "" && want != cl.Status.RestoreRequest {
 		path, err := r.restoreInPlace(ctx, cl, want)

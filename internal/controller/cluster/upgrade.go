@@ -136,7 +136,7 @@ func (r *Reconciler) reconcileUpgrade(ctx context.Context, cl *fkev1.Cluster, sp
 			up.Snapshot = snap.Name
 			r.Recorder.Eventf(cl, nil, corev1.EventTypeNormal, "SnapshotTaken", "Upgrade", "snapshot %s of etcd taken before the upgrade (%d bytes, revision %d)", snap.Name, snap.Size, snap.Revision)
 			if kept, lerr := backup.List(dir); lerr == nil {
-				cl.Status.Backups = BackupRecords(kept)
+				cl.Status.Backups = BackupRecords(cl.Status.Backups, kept, nil, false)
 			}
 		}
 	case StepAddons:
@@ -201,15 +201,6 @@ func setUpgrading(cl *fkev1.Cluster, s metav1.ConditionStatus, reason, msg strin
 	meta.SetStatusCondition(&cl.Status.Conditions, metav1.Condition{
 		Type: fkev1.ConditionUpgrading, Status: s, Reason: reason, Message: msg, ObservedGeneration: cl.Generation,
 	})
-}
-
-// BackupRecords is status.backups of the snapshots kept.
-func BackupRecords(kept []backup.Snapshot) []fkev1.BackupRecord {
-	out := make([]fkev1.BackupRecord, 0, len(kept))
-	for _, s := range kept {
-		out = append(out, fkev1.BackupRecord{Name: s.Name, Time: metav1.NewTime(s.Time), Size: s.Size, SHA256: s.SHA256, Revision: s.Revision})
-	}
-	return out
 }
 
 // autoUpgrade starts the upgrade spec.autoUpgrade asks for when the
