@@ -155,6 +155,10 @@ func (r *Reconciler) reconcileUpgrade(ctx context.Context, cl *fkev1.Cluster, sp
 		up2.Version = target
 		err = r.Runtime.Upgrade(ctx, up2, step)
 		if err == nil {
+			// Recorded with this step: a manager restarted before the next
+			// reconcile starts the component at the version it runs now,
+			// not at the one it ran before (a downgrade, and the step again).
+			recordVersion(cl, step, target)
 			r.Recorder.Eventf(cl, nil, corev1.EventTypeNormal, "ComponentUpgraded", "Upgrade", "%s now runs %s", step, target)
 			if step == controlplane.APIServer {
 				cl.Status.Version = ""
@@ -168,6 +172,18 @@ func (r *Reconciler) reconcileUpgrade(ctx context.Context, cl *fkev1.Cluster, sp
 		return upgradeRetry, true
 	}
 	return time.Millisecond, true
+}
+
+// recordVersion records in status.controlPlane that component runs
+// version (and serves: Runtime.Upgrade returns once it does).
+func recordVersion(cl *fkev1.Cluster, component, version string) {
+	for i := range cl.Status.ControlPlane {
+		if c := &cl.Status.ControlPlane[i]; c.Name == component {
+			c.Version, c.Ready = version, true
+			return
+		}
+	}
+	cl.Status.ControlPlane = append(cl.Status.ControlPlane, fkev1.ComponentVersion{Name: component, Version: version, Ready: true})
 }
 
 // stepReason is the Upgrading condition's reason during step.
