@@ -83,7 +83,7 @@ func (r *Reconciler) restoreSeed(ctx context.Context, cl *fkev1.Cluster) (pki.Bu
 	if !apierrors.IsNotFound(err) {
 		return nil, fmt.Errorf("restoring from %s: reading its PKI: %w", from.Cluster, err)
 	}
-	snap, _, err := r.restoreSnapshot(ctx, cl)
+	snap, _, err := r.restoreSnapshot(ctx, cl, from)
 	if err != nil {
 		return nil, fmt.Errorf("restoring from snapshot %s of %s: %w", from.Snapshot, from.Cluster, err)
 	}

@@ -116,12 +116,13 @@ func (r *Reconciler) restoreSource(ctx context.Context, namespace, name, snapsho
 	return store, "", nil
 }
 
-// restoreSnapshot returns the snapshot cl is restored from
-// (spec.restoreFrom), checked against its checksum, and the path of its
-// data: the local copy, or else a copy downloaded from the source
-// cluster's S3 store (and kept in the data directory).
-func (r *Reconciler) restoreSnapshot(ctx context.Context, cl *fkev1.Cluster) (backup.Snapshot, string, error) {
-	namespace, from := cl.Namespace, cl.Spec.RestoreFrom
+// restoreSnapshot returns snapshot from.Snapshot of cluster from.Cluster
+// (in cl's namespace) that cl is restored from, checked against its
+// checksum, and the path of its data: the local copy, or else a copy
+// downloaded from the source cluster's S3 store (and kept in the data
+// directory).
+func (r *Reconciler) restoreSnapshot(ctx context.Context, cl *fkev1.Cluster, from *fkev1.ClusterRestore) (backup.Snapshot, string, error) {
+	namespace := cl.Namespace
 	dir := backup.Dir(filepath.Join(r.BackupDir, namespace, from.Cluster))
 	store, want, err := r.restoreSource(ctx, namespace, from.Cluster, from.Snapshot)
 	if err != nil {
