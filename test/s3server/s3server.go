@@ -29,6 +29,10 @@ import (
 	"github.com/johannesboyne/gofakes3"
 	"github.com/johannesboyne/gofakes3/backend/s3afero"
 	"github.com/spf13/afero"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	fkev1 "fke.dev/fke/api/v1alpha1"
 )
 
 // Server is one S3 endpoint.
@@ -77,6 +81,22 @@ func start(t testing.TB, tls bool, buckets []string) *Server {
 	s.URL = s.srv.URL
 	t.Cleanup(s.srv.Close)
 	return s
+}
+
+// Secret is the Secret namespace/name that a Cluster's
+// spec.backup.s3.secretRef names, with secretAccessKey as its secret key
+// (the server's, or a wrong one).
+func (s *Server) Secret(namespace, name, secretAccessKey string) *corev1.Secret {
+	return &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name},
+		Data:       map[string][]byte{fkev1.S3AccessKeyIDKey: []byte(s.AccessKeyID), fkev1.S3SecretAccessKeyKey: []byte(secretAccessKey)},
+	}
+}
+
+// Store is the spec.backup.s3 of bucket on this server, with the
+// credentials in Secret secretName.
+func (s *Server) Store(bucket, secretName string) *fkev1.S3Store {
+	return &fkev1.S3Store{Endpoint: s.URL, Bucket: bucket, SecretRef: fkev1.LocalObjectReference{Name: secretName}}
 }
 
 // authenticate passes on the requests signed with the server's key.
