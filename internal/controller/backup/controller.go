@@ -210,8 +210,11 @@ func (r *Reconciler) setUploaded(cl *fkev1.Cluster, up *uploadResult) {
 			r.Recorder.Eventf(cl, nil, corev1.EventTypeWarning, "SnapshotCorrupt", "Upload", "%s", msg)
 		}
 		if len(up.res.Uploaded) > 0 || len(up.res.Pruned) > 0 {
-			r.Recorder.Eventf(cl, nil, corev1.EventTypeNormal, "SnapshotUploaded", "Upload", "uploaded %s, removed %s (beyond retain): %s",
-				orNone(up.res.Uploaded), orNone(up.res.Pruned), up.where)
+			msg := fmt.Sprintf("uploaded %s to %s", orNone(up.res.Uploaded), up.where)
+			if len(up.res.Pruned) > 0 {
+				msg += fmt.Sprintf("; removed %s from it (beyond retain)", strings.Join(up.res.Pruned, ", "))
+			}
+			r.Recorder.Eventf(cl, nil, corev1.EventTypeNormal, "SnapshotUploaded", "Upload", "%s", msg)
 		}
 	}
 	meta.SetStatusCondition(&cl.Status.Conditions, cond)
