@@ -262,6 +262,15 @@ func TestNonDefaultValues(t *testing.T) {
 		t.Errorf("image = %q, want %q", c.Image, want)
 	}
 
+	// The hosted runtime's settings reach the manager's flags.
+	r = mustRender(t, "runtimes={hosted},hosted.registry=172.29.0.1:5000/fke,hosted.endpointHost=10.0.0.5")
+	for _, want := range []string{"--runtimes=hosted", "--hosted-registry=172.29.0.1:5000/fke",
+		"--hosted-system-namespace=" + namespace, "--hosted-endpoint-host=10.0.0.5"} {
+		if !slices.Contains(manager(t, r).Args, want) {
+			t.Errorf("args %v lack %s", manager(t, r).Args, want)
+		}
+	}
+
 	// One replica without leader election: no Lease.
 	r = mustRender(t, "leaderElection.enabled=false")
 	for _, a := range manager(t, r).Args {
@@ -277,7 +286,9 @@ func TestBadValues(t *testing.T) {
 		set  string
 		want []string
 	}{
-		{set: "runtimes={hosted}", want: []string{"/runtimes/0", "value must be 'local'"}},
+		{set: "runtimes={docker}", want: []string{"/runtimes/0", "must be one of 'local', 'hosted'"}},
+		{set: "runtimes={hosted}", want: []string{"runtimes [hosted] needs hosted.registry"}},
+		{set: "hosted.registy=x", want: []string{"registy", "additional"}},
 		{set: "providers={kwok,openstack}", want: []string{"/providers/1", "must be one of 'kwok', 'local'"}},
 		{set: "providers={kwok,kwok}", want: []string{"/providers", "equal"}},
 		{set: "replica=2", want: []string{"replica", "additional"}},
@@ -374,6 +385,26 @@ func TestRBAC(t *testing.T) {
 		if !grants(local, n.group, n.resource, n.verbs...) {
 			t.Errorf("with runtime local, the ClusterRole does not allow %v on %s.%s", n.verbs, n.resource, n.group)
 		}
+	}
+
+	// The hosted runtime adds what it keeps in tenants' namespaces.
+	hostedRules := mustRender(t, "runtimes={hosted},hosted.registry=reg.example/fke").clusterRoles[0].Rules
+	for _, n := range append(withRuntime,
+		need{"", "namespaces", []string{"get", "create", "patch", "delete"}},
+		need{"", "secrets", []string{"create", "patch"}},
+		need{"", "services", []string{"get", "create", "patch"}},
+		need{"apps", "deployments", []string{"get", "create", "patch"}},
+		need{"apps", "statefulsets", []string{"get", "create", "patch"}},
+		need{"policy", "poddisruptionbudgets", []string{"get", "create", "patch"}},
+		need{"", "pods", []string{"list"}},
+		need{"", "nodes", []string{"list"}},
+	) {
+		if !grants(hostedRules, n.group, n.resource, n.verbs...) {
+			t.Errorf("with runtime hosted, the ClusterRole does not allow %v on %s.%s", n.verbs, n.resource, n.group)
+		}
+	}
+	if grants(local, "", "namespaces", "create") || grants(local, "apps", "deployments", "patch") {
+		t.Error("with runtime local only, the ClusterRole allows the hosted runtime's writes")
 	}
 
 	sa := r.deployment.Spec.Template.Spec.ServiceAccountName

@@ -12,8 +12,24 @@ const (
 	// RuntimeLocal runs etcd, kube-apiserver, kube-controller-manager and
 	// kube-scheduler as supervised processes on the management machine.
 	RuntimeLocal ControlPlaneRuntime = "local"
-	// RuntimeHosted renders the components into the management cluster (not yet available).
+	// RuntimeHosted runs the components as Deployments (and etcd as a
+	// StatefulSet) in a namespace of the Kubernetes cluster fke-manager
+	// runs in (or the one its --hosted-kubeconfig names).
 	RuntimeHosted ControlPlaneRuntime = "hosted"
+)
+
+// Datastore says where a Cluster's state (its etcd data) lives.
+// +kubebuilder:validation:Enum=dedicated;shared
+type Datastore string
+
+const (
+	// DatastoreDedicated: an etcd of the cluster's own (one member on the
+	// local runtime, a StatefulSet of three on the hosted runtime).
+	DatastoreDedicated Datastore = "dedicated"
+	// DatastoreShared: a key prefix, an etcd user and a role of the
+	// cluster's own in fke's shared etcd cluster, whose authentication
+	// keeps each tenant to its prefix (hosted runtime only).
+	DatastoreShared Datastore = "shared"
 )
 
 // DefaultServiceCIDR is the service range of a cluster that names none
@@ -21,6 +37,7 @@ const (
 const DefaultServiceCIDR = "10.96.0.0/16"
 
 // ClusterSpec is the desired state of a tenant Kubernetes cluster.
+// +kubebuilder:validation:XValidation:rule="!has(self.datastore) || self.datastore != 'shared' || (has(self.runtime) && self.runtime == 'hosted')",message="the shared datastore needs runtime hosted: set runtime: hosted or datastore: dedicated"
 type ClusterSpec struct {
 	// Version is the Kubernetes version of the control plane, e.g. v1.37.2.
 	// Only the versions this fke runs are accepted (`fke versions`, checked by
@@ -52,6 +69,14 @@ type ClusterSpec struct {
 	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="runtime is immutable"
 	// +optional
 	Runtime ControlPlaneRuntime `json:"runtime,omitempty"`
+
+	// Datastore says where the cluster's etcd data lives: dedicated (an
+	// etcd of its own) or shared (its own prefix, user and role in fke's
+	// shared etcd; runtime hosted only). Immutable.
+	// +kubebuilder:default=dedicated
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="datastore is immutable"
+	// +optional
+	Datastore Datastore `json:"datastore,omitempty"`
 
 	// Network holds the cluster's address ranges. Immutable once set.
 	// +kubebuilder:default={}

@@ -11,8 +11,10 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"slices"
 	"syscall"
 
+	fkev1 "fke.dev/fke/api/v1alpha1"
 	"fke.dev/fke/internal/binaries"
 	"fke.dev/fke/internal/localplane"
 	"fke.dev/fke/internal/manager"
@@ -56,7 +58,11 @@ func parseFlags(args []string) (manager.Options, error) {
 	fs.StringVar(&opts.WarmPool.Namespace, "warm-pool-namespace", manager.DefaultSystemNamespace, "namespace of the standby planes' Secrets and the pool's status")
 	fs.BoolVar(&opts.LeaderElection.Enabled, "leader-elect", false, "elect a leader among manager replicas with the Lease "+manager.LeaderElectionID+" (the Helm chart turns it on)")
 	fs.StringVar(&opts.LeaderElection.Namespace, "leader-election-namespace", "", "namespace of the leader-election Lease (default: the pod's namespace)")
-	fs.StringVar(&runtimes, "runtimes", manager.JoinNames(manager.Runtimes), "comma-separated control-plane runtimes to run (empty: none)")
+	fs.StringVar(&runtimes, "runtimes", manager.JoinNames(manager.DefaultRuntimes), "comma-separated control-plane runtimes to run: "+manager.JoinNames(manager.Runtimes)+" (empty: none)")
+	fs.StringVar(&opts.Hosted.Kubeconfig, "hosted-kubeconfig", "", "kubeconfig of the cluster the hosted runtime runs control planes in (empty: the management cluster)")
+	fs.StringVar(&opts.Hosted.Registry, "hosted-registry", "", "registry of the hosted runtime's control-plane images, <registry>/kube-apiserver:<version> ... (`fke image push-control-plane` fills fke's)")
+	fs.StringVar(&opts.Hosted.EndpointHost, "hosted-endpoint-host", "", "address users and nodes reach the hosting cluster's node ports at (empty: its first Ready node's InternalIP)")
+	fs.StringVar(&opts.Hosted.SystemNamespace, "hosted-system-namespace", manager.DefaultSystemNamespace, "namespace of the hosted runtime's shared etcd")
 	fs.StringVar(&providers, "providers", manager.JoinNames(manager.Providers), "comma-separated node providers to run (empty: none)")
 	if err := fs.Parse(args); err != nil {
 		return opts, err
@@ -68,6 +74,9 @@ func parseFlags(args []string) (manager.Options, error) {
 	var err error
 	if opts.Runtimes, err = manager.ParseRuntimes(runtimes); err != nil {
 		return opts, fmt.Errorf("--runtimes: %w", err)
+	}
+	if slices.Contains(opts.Runtimes, fkev1.RuntimeHosted) && opts.Hosted.Registry == "" {
+		return opts, errors.New("--runtimes=hosted needs --hosted-registry: the registry the hosting cluster pulls the control-plane images from")
 	}
 	if opts.Providers, err = manager.ParseProviders(providers); err != nil {
 		return opts, fmt.Errorf("--providers: %w", err)

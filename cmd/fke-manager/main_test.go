@@ -26,17 +26,19 @@ func TestParseFlags(t *testing.T) {
 		t.Errorf("options = %+v", opts)
 	}
 
-	// The defaults run everything, without leader election, as `fke up` does.
+	// The defaults run the local runtime and every provider, without
+	// leader election, as `fke up` does.
 	opts, err = parseFlags(nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if opts.LeaderElection.Enabled || !slices.Equal(opts.Runtimes, manager.Runtimes) || !slices.Equal(opts.Providers, manager.Providers) {
+	if opts.LeaderElection.Enabled || !slices.Equal(opts.Runtimes, manager.DefaultRuntimes) || !slices.Equal(opts.Providers, manager.Providers) {
 		t.Errorf("defaults: %+v", opts)
 	}
 
 	for args, want := range map[string]string{
-		"--runtimes=hosted":    `--runtimes: runtime "hosted" cannot be enabled`,
+		"--runtimes=hosted":    `--runtimes=hosted needs --hosted-registry`,
+		"--runtimes=docker":    `--runtimes: unknown runtime "docker"`,
 		"--providers=kwok,aws": `--providers: unknown provider "aws"`,
 		"--no-such-flag":       "flag provided but not defined",
 		"extra":                "unexpected arguments",

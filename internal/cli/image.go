@@ -10,6 +10,7 @@ import (
 	"fke.dev/fke/internal/image"
 	"fke.dev/fke/internal/localplane"
 	"fke.dev/fke/internal/nodejoin"
+	"fke.dev/fke/internal/versions"
 )
 
 func newImageCmd(g *globals) *cobra.Command {
@@ -17,7 +18,7 @@ func newImageCmd(g *globals) *cobra.Command {
 		Use:   "image",
 		Short: "Push images to fke's registry and list them (pods name them <registry>/<name>:<tag>)",
 	}
-	cmd.AddCommand(newImagePushCmd(g), newImagePushManagerCmd(g), newImageListCmd(g))
+	cmd.AddCommand(newImagePushCmd(g), newImagePushManagerCmd(g), newImagePushControlPlaneCmd(g), newImageListCmd(g))
 	return cmd
 }
 
@@ -119,6 +120,54 @@ the node bridge, which this command prints with the Helm values that select it.`
 		},
 	}
 	cmd.Flags().StringVar(&from, "from", "", "the fke-manager binary to pack (default: the one fke finds, as for the upstream binaries)")
+	return cmd
+}
+
+func newImagePushControlPlaneCmd(g *globals) *cobra.Command {
+	var vers []string
+	cmd := &cobra.Command{
+		Use:   "push-control-plane",
+		Short: "Build the hosted runtime's control-plane images and push them to fke's registry",
+		Long: `Build the images the hosted runtime runs (kube-apiserver,
+kube-controller-manager and kube-scheduler of each --version, and etcd
+` + image.EtcdVersion + `) without Docker, from the upstream binaries fke runs, with each
+binary at /usr/local/bin as in the upstream images, and push them to fke's
+registry as ` + image.ControlPlaneRepository + `/<binary>:<tag>. It prints the value of
+fke-manager's --hosted-registry that names them.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			for _, v := range vers {
+				if err := versions.CheckRunnable(v); err != nil {
+					return fmt.Errorf("--version: %w", err)
+				}
+			}
+			reg, err := g.registry()
+			if err != nil {
+				return err
+			}
+			var images []image.SystemImage
+			for i, v := range vers {
+				cp := image.ControlPlaneImages(v)
+				if i > 0 {
+					cp = cp[:len(cp)-1] // etcd once
+				}
+				images = append(images, cp...)
+			}
+			pushed, err := image.EnsureSystemImages(cmd.Context(), reg, g.finder(), nil, images...)
+			for _, p := range pushed {
+				fmt.Fprintf(g.out, "pushed %s/%s (%s)\n", reg.Host, p.Name, p.Digest)
+			}
+			if err != nil {
+				return err
+			}
+			if nodeReg, err := nodejoin.NodeRegistry(reg.Host); err == nil {
+				fmt.Fprintf(g.out, "local nodes pull them from %s; run fke-manager with:\n  --runtimes=hosted --hosted-registry=%s/%s\n",
+					nodeReg, nodeReg, image.ControlPlaneRepository)
+			}
+			return nil
+		},
+	}
+	cmd.Flags().StringSliceVar(&vers, "version", []string{versions.Default}, "Kubernetes versions to push (repeat or comma-separate; `fke versions` lists them)")
 	return cmd
 }
 

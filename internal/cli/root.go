@@ -25,7 +25,10 @@ import (
 
 // globals are the flags every command takes.
 type globals struct {
-	dataDir   string
+	dataDir string
+	// kubeconfig, when set, names the management API (an fke installed
+	// with the Helm chart) instead of the local management plane.
+	kubeconfig string
 	binDir    string
 	namespace string
 	out       io.Writer
@@ -52,6 +55,7 @@ func NewRoot() *cobra.Command {
 	}
 	root.PersistentFlags().StringVar(&g.dataDir, "data-dir", localplane.DefaultDataDir(), "directory of the local management plane (env "+localplane.EnvHome+")")
 	root.PersistentFlags().StringVar(&g.binDir, "bin-dir", os.Getenv(binaries.EnvDir), "directory of the upstream binaries (env "+binaries.EnvDir+"; default: next to fke, then ./_output/bin)")
+	root.PersistentFlags().StringVar(&g.kubeconfig, "kubeconfig", "", "kubeconfig of the management API, for fke-manager installed on a Kubernetes cluster with the Helm chart (default: the local management plane's)")
 	root.PersistentFlags().StringVarP(&g.namespace, "namespace", "n", "default", "management namespace of clusters and node pools")
 	root.AddCommand(
 		newUpCmd(g), newDownCmd(g), newStatusCmd(g),
@@ -78,10 +82,14 @@ func (g *globals) finder() binaries.Finder { return binaries.Finder{Dir: g.binDi
 // restConfig returns the management API's config, or a clear error when the
 // management plane is not running.
 func (g *globals) restConfig() (*rest.Config, error) {
-	if _, err := localplane.ReadState(g.dataDir); err != nil {
-		return nil, err
+	path := g.kubeconfig
+	if path == "" {
+		if _, err := localplane.ReadState(g.dataDir); err != nil {
+			return nil, err
+		}
+		path = localplane.Paths{Dir: g.dataDir}.Kubeconfig()
 	}
-	cfg, err := clientcmd.BuildConfigFromFlags("", localplane.Paths{Dir: g.dataDir}.Kubeconfig())
+	cfg, err := clientcmd.BuildConfigFromFlags("", path)
 	if err != nil {
 		return nil, fmt.Errorf("loading management kubeconfig: %w", err)
 	}

@@ -1,5 +1,6 @@
 // Package controlplane defines how a tenant cluster's control plane is run.
-// Implementations: local/ (supervised processes on this machine).
+// Implementations: local/ (supervised processes on this machine) and hosted/
+// (Deployments and StatefulSets in a management Kubernetes cluster).
 package controlplane
 
 import (
@@ -45,6 +46,10 @@ type Spec struct {
 	// asks for it, it runs at low CPU priority until Adopt gives it to a
 	// cluster.
 	Standby bool
+	// Datastore says where the control plane keeps its data: "dedicated"
+	// (default: an etcd of its own) or "shared" (a prefix, user and role of
+	// its own in a shared etcd; runtimes that have one).
+	Datastore string
 	// Restore is an etcd snapshot file (checked by the caller) that seeds
 	// etcd's data the first time the control plane starts: a cluster made
 	// from a backup. Ignored once etcd has data.
@@ -160,7 +165,14 @@ type Runtime interface {
 	// earlier Ensure for the same key (etcd data) is reused.
 	Ensure(ctx context.Context, spec Spec) (Status, error)
 	// Status reports the components of key; the zero Status when none runs.
-	Status(key string) Status
+	// An error means the runtime could not observe them (e.g. the
+	// management cluster did not answer), not that they are unhealthy.
+	Status(ctx context.Context, key string) (Status, error)
+	// Addresses returns the names and addresses at which spec's control
+	// plane is reached, which its serving certificates must cover; call it
+	// before Ensure (the runtime may reserve them, e.g. a Service). It
+	// reads Key, ServiceCIDR and NodeAddress of spec.
+	Addresses(ctx context.Context, spec Spec) (Addresses, error)
 	// Stop stops the components of key and keeps their data. Idempotent.
 	Stop(ctx context.Context, key string) error
 	// SetAsideData stops the components of key and moves etcd's data
@@ -191,6 +203,15 @@ type Runtime interface {
 	// for the same key; Stop and Delete stop the addons with the control
 	// plane, and a later Ensure does not start them again. Idempotent.
 	EnsureAddons(ctx context.Context, key string, addons []Addon) (Status, error)
+}
+
+// Addresses are where a control plane is reached: its API server's
+// serving certificate covers APIServerDNSNames and APIServerIPs (beyond
+// the kubernetes Service's names), etcd's covers EtcdDNSNames.
+type Addresses struct {
+	APIServerDNSNames []string
+	APIServerIPs      []net.IP
+	EtcdDNSNames      []string
 }
 
 // APIServerIPs returns the addresses the API server's certificate must cover

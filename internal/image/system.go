@@ -18,6 +18,9 @@ type SystemImage struct {
 	Name string
 	// Binary is found with binaries.Finder.
 	Binary string
+	// Version, when set, is the Kubernetes version of Binary (found with
+	// binaries.Finder.PathFor).
+	Version string
 	// Path is where the binary lives in the image.
 	Path         string
 	Args         []string
@@ -46,6 +49,36 @@ var (
 // pushes it.
 var Manager = SystemImage{Name: "fke/manager:v0.1.0", Binary: binaries.Manager, Path: "/usr/bin/fke-manager", User: "65532:65532",
 	ExposedPorts: []string{"8080/tcp", "8081/tcp"}}
+
+// EtcdVersion is the version of the etcd binary fke builds (hack/k8s/etcd),
+// the tag of its image.
+const EtcdVersion = "3.7.0"
+
+// ControlPlaneRepository is the repository, under a registry, of the
+// control-plane images of the hosted runtime: <registry>/fke/<binary>:<tag>.
+const ControlPlaneRepository = "fke"
+
+// ControlPlane is the image of one control-plane component for the hosted
+// runtime: binary (kube-apiserver, kube-controller-manager, kube-scheduler
+// at Kubernetes version, or etcd at EtcdVersion) at /usr/local/bin/<binary>,
+// where the upstream images (registry.k8s.io) keep it, so that the runtime
+// runs either with the same command.
+func ControlPlane(binary, version string) SystemImage {
+	si := SystemImage{Name: ControlPlaneRepository + "/" + binary + ":" + version, Binary: binary, Path: "/usr/local/bin/" + binary, User: "65532:65532"}
+	if binary != binaries.Etcd {
+		si.Version = version
+	}
+	return si
+}
+
+// ControlPlaneImages are the images the hosted runtime runs for Kubernetes
+// version.
+func ControlPlaneImages(version string) []SystemImage {
+	return []SystemImage{
+		ControlPlane(binaries.KubeAPIServer, version), ControlPlane(binaries.KubeControllerManager, version),
+		ControlPlane(binaries.KubeScheduler, version), ControlPlane(binaries.Etcd, EtcdVersion),
+	}
+}
 
 // SystemImages lists every system image.
 var SystemImages = []SystemImage{Pause, DemoServer, GPUAgent, CoreDNS}
@@ -91,7 +124,7 @@ func EnsureSystemImages(ctx context.Context, reg Registry, finder binaries.Finde
 	var out []Pushed
 	var errs []error
 	for _, si := range images {
-		p, err := finder.Path(si.Binary)
+		p, err := finder.PathFor(si.Version, si.Binary)
 		if err != nil {
 			if ownBinaries[si.Binary] {
 				err = fmt.Errorf("%s is built by `make build` (next to fke): %w", si.Binary, err)

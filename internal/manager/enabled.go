@@ -11,7 +11,12 @@ import (
 
 // Runtimes lists the control-plane runtimes fke-manager can run, in the
 // order --runtimes documents them.
-var Runtimes = []fkev1.ControlPlaneRuntime{fkev1.RuntimeLocal}
+var Runtimes = []fkev1.ControlPlaneRuntime{fkev1.RuntimeLocal, fkev1.RuntimeHosted}
+
+// DefaultRuntimes are the runtimes a manager runs unless told otherwise
+// (what `fke up` runs): the hosted runtime needs a management cluster
+// with nodes and an image registry, so it is turned on by name.
+var DefaultRuntimes = []fkev1.ControlPlaneRuntime{fkev1.RuntimeLocal}
 
 // Providers lists the node providers fke-manager can run.
 var Providers = []fkev1.ProviderName{fkev1.ProviderKwok, fkev1.ProviderLocal}
@@ -21,9 +26,7 @@ var Providers = []fkev1.ProviderName{fkev1.ProviderKwok, fkev1.ProviderLocal}
 // collapse, and "" is the empty list (no runtime: Cluster objects are left
 // alone). A name fke-manager cannot run is refused with the names it can.
 func ParseRuntimes(list string) ([]fkev1.ControlPlaneRuntime, error) {
-	names, err := parseList(list, "runtime", Runtimes, map[string]string{
-		string(fkev1.RuntimeHosted): "the hosted runtime is not available yet",
-	})
+	names, err := parseList(list, "runtime", Runtimes, nil)
 	if err != nil {
 		return nil, err
 	}

@@ -17,8 +17,8 @@ func TestParseRuntimes(t *testing.T) {
 		{in: "local", want: []fkev1.ControlPlaneRuntime{fkev1.RuntimeLocal}},
 		{in: " local , local,", want: []fkev1.ControlPlaneRuntime{fkev1.RuntimeLocal}},
 		{in: "", want: []fkev1.ControlPlaneRuntime{}},
-		{in: "hosted", wantErr: `runtime "hosted" cannot be enabled: the hosted runtime is not available yet; fke-manager runs local`},
-		{in: "local,docker", wantErr: `unknown runtime "docker": fke-manager runs local`},
+		{in: "hosted,local", want: []fkev1.ControlPlaneRuntime{fkev1.RuntimeHosted, fkev1.RuntimeLocal}},
+		{in: "local,docker", wantErr: `unknown runtime "docker": fke-manager runs local, hosted`},
 	} {
 		got, err := ParseRuntimes(tc.in)
 		if tc.wantErr != "" {

@@ -21,6 +21,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
@@ -35,6 +36,8 @@ import (
 	"fke.dev/fke/internal/controller/machine"
 	"fke.dev/fke/internal/controller/nodepool"
 	releasecontroller "fke.dev/fke/internal/controller/release"
+	"fke.dev/fke/internal/controlplane"
+	"fke.dev/fke/internal/controlplane/hosted"
 	"fke.dev/fke/internal/controlplane/local"
 	"fke.dev/fke/internal/hostnet"
 	"fke.dev/fke/internal/nodejoin"
@@ -72,9 +75,11 @@ type Options struct {
 	// LocalNodes configure the local node provider.
 	LocalNodes LocalNodeOptions
 	// Runtimes are the control-plane runtimes this manager runs; nil runs
-	// every one of Runtimes (what `fke up` does), empty none: the cluster
-	// and backup controllers then do not start and Cluster objects wait.
+	// DefaultRuntimes (what `fke up` does), empty none: the cluster and
+	// backup controllers then do not start and Cluster objects wait.
 	Runtimes []fkev1.ControlPlaneRuntime
+	// Hosted configures the hosted runtime.
+	Hosted HostedOptions
 	// Providers are the node providers this manager runs; nil runs every
 	// one of Providers. The local provider runs only where this host can
 	// run local nodes (see `fke doctor`).
@@ -82,6 +87,16 @@ type Options struct {
 	// LeaderElection, when enabled, makes replicas of the manager elect one
 	// leader that runs the controllers.
 	LeaderElection LeaderElectionOptions
+}
+
+// HostedOptions configure the hosted runtime (see hosted.Options).
+type HostedOptions struct {
+	// Kubeconfig names the cluster control planes run in; empty: the
+	// management cluster itself.
+	Kubeconfig      string
+	Registry        string
+	EndpointHost    string
+	SystemNamespace string
 }
 
 // LeaderElectionOptions configure leader election among manager replicas.
@@ -157,6 +172,9 @@ func Run(ctx context.Context, opts Options) error {
 		return err
 	}
 
+	if opts.Runtimes == nil {
+		opts.Runtimes = DefaultRuntimes
+	}
 	var rt *local.Runtime
 	if enabled(opts.Runtimes, fkev1.RuntimeLocal) {
 		if rt, err = local.New(filepath.Join(opts.DataDir, "clusters"), opts.Binaries, log.With("component", "controlplane")); err != nil {
@@ -220,10 +238,21 @@ func Run(ctx context.Context, opts Options) error {
 		return fmt.Errorf("setting up release controller: %w", err)
 	}
 
+	runtimes := map[fkev1.ControlPlaneRuntime]controlplane.Runtime{}
 	if rt != nil {
+		runtimes[fkev1.RuntimeLocal] = rt
+	}
+	if enabled(opts.Runtimes, fkev1.RuntimeHosted) {
+		h, err := hostedRuntime(cfg, scheme, opts.Hosted, log)
+		if err != nil {
+			return err
+		}
+		runtimes[fkev1.RuntimeHosted] = h
+	}
+	if len(runtimes) > 0 {
 		approvers := &bootstrap.Approvers{Log: log.With("component", "serving-approver")}
 		defer approvers.StopAll()
-		if err := setupClusters(mgr, opts, rt, tenants, providers, approvers); err != nil {
+		if err := setupClusters(mgr, opts, runtimes, tenants, providers, approvers); err != nil {
 			return err
 		}
 	}
@@ -245,7 +274,7 @@ func Run(ctx context.Context, opts Options) error {
 
 // setupClusters registers the controllers that need a control-plane
 // runtime: clusters and their backups.
-func setupClusters(mgr ctrl.Manager, opts Options, rt *local.Runtime, tenants *tenant.Registry,
+func setupClusters(mgr ctrl.Manager, opts Options, runtimes map[fkev1.ControlPlaneRuntime]controlplane.Runtime, tenants *tenant.Registry,
 	providers map[fkev1.ProviderName]nodeprovider.Provider, approvers *bootstrap.Approvers) error {
 	backupDir := filepath.Join(opts.DataDir, "backups")
 	backups := &backupcontroller.Reconciler{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("fke-backup"), Dir: backupDir}
@@ -255,7 +284,7 @@ func setupClusters(mgr ctrl.Manager, opts Options, rt *local.Runtime, tenants *t
 	if err := (&cluster.Reconciler{
 		Client:      mgr.GetClient(),
 		APIReader:   mgr.GetAPIReader(),
-		Runtime:     rt,
+		Runtimes:    runtimes,
 		BackupDir:   backupDir,
 		Recorder:    mgr.GetEventRecorder("fke-cluster"),
 		Versioner:   ServerVersion,
@@ -270,6 +299,27 @@ func setupClusters(mgr ctrl.Manager, opts Options, rt *local.Runtime, tenants *t
 		return fmt.Errorf("setting up cluster controller: %w", err)
 	}
 	return nil
+}
+
+// hostedRuntime builds the hosted runtime on the cluster o.Kubeconfig
+// names, or on the management cluster (cfg). Its client reads the API
+// server directly: a cache of every Pod, Deployment and Secret of a large
+// hosting cluster would cost more than the reads.
+func hostedRuntime(cfg *rest.Config, scheme *runtime.Scheme, o HostedOptions, log *slog.Logger) (*hosted.Runtime, error) {
+	if o.Kubeconfig != "" {
+		var err error
+		if cfg, err = clientcmd.BuildConfigFromFlags("", o.Kubeconfig); err != nil {
+			return nil, fmt.Errorf("loading the hosting cluster's kubeconfig %s: %w", o.Kubeconfig, err)
+		}
+	}
+	c, err := client.New(cfg, client.Options{Scheme: scheme})
+	if err != nil {
+		return nil, fmt.Errorf("client of the hosting cluster: %w", err)
+	}
+	return hosted.New(hosted.Options{
+		Client: c, Registry: o.Registry, EndpointHost: o.EndpointHost, SystemNamespace: o.SystemNamespace,
+		Logger: log.With("component", "hosted-runtime"),
+	})
 }
 
 // enabled reports whether name is in list; a nil list enables every name.

@@ -68,7 +68,17 @@ func TestDNSIPAndNodeServer(t *testing.T) {
 	if ip, err := DNSIP("10.96.0.0/16"); err != nil || ip != "10.96.0.10" {
 		t.Errorf("DNSIP = %q, %v", ip, err)
 	}
-	if s, err := NodeServer("https://127.0.0.1:41234"); err != nil || s != "https://172.29.0.1:41234" {
-		t.Errorf("NodeServer = %q, %v", s, err)
+	for in, want := range map[string]string{
+		// The local runtime: on loopback, reached at the bridge's gateway.
+		"https://127.0.0.1:41234": "https://172.29.0.1:41234",
+		// The hosted runtime: a node port of the hosting cluster.
+		"https://172.29.1.3:31443": "https://172.29.1.3:31443",
+	} {
+		if s, err := NodeServer(in); err != nil || s != want {
+			t.Errorf("NodeServer(%s) = %q, %v; want %s", in, s, err, want)
+		}
+	}
+	if _, err := NodeServer("https://172.29.1.3"); err == nil {
+		t.Error("NodeServer accepted an endpoint without a port")
 	}
 }

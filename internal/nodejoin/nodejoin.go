@@ -35,12 +35,17 @@ const (
 // serving certificate always covers it.
 const ServerName = "kubernetes"
 
-// NodeServer returns the API server URL nodes use: the gateway of the host
-// bridge at the loopback port of endpoint (hostnet exposes it there).
+// NodeServer returns the API server URL nodes use: for an API server on
+// loopback (the local runtime), the gateway of the host bridge at its port
+// (hostnet exposes it there); otherwise (the hosted runtime's node port)
+// endpoint itself.
 func NodeServer(endpoint string) (string, error) {
 	u, err := url.Parse(endpoint)
 	if err != nil || u.Port() == "" {
 		return "", fmt.Errorf("API server endpoint %q has no port", endpoint)
+	}
+	if ip := net.ParseIP(u.Hostname()); ip == nil || !ip.IsLoopback() {
+		return "https://" + u.Host, nil
 	}
 	return "https://" + hostnet.Gateway.String() + ":" + u.Port(), nil
 }

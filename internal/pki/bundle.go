@@ -228,12 +228,13 @@ var leaves = []leaf{
 			Usages:     UsageBoth,
 		}
 	}},
-	{EtcdPeer, EtcdCA, func(ControlPlaneSpec) CertSpec {
+	{EtcdPeer, EtcdCA, func(s ControlPlaneSpec) CertSpec {
 		return CertSpec{
 			CommonName: EtcdPeerCommonName,
-			DNSNames:   []string{"localhost"},
-			IPs:        []net.IP{net.IPv4(127, 0, 0, 1)},
-			Usages:     UsageBoth,
+			// Members of a cluster reach each other by these names.
+			DNSNames: union([]string{"localhost"}, s.EtcdDNSNames),
+			IPs:      []net.IP{net.IPv4(127, 0, 0, 1)},
+			Usages:   UsageBoth,
 		}
 	}},
 	{APIServerEtcdClient, EtcdCA, client("kube-apiserver-etcd-client")},

@@ -74,6 +74,12 @@ func TestHelmChart(t *testing.T) {
 			"resources": map[string]any{"limits": map[string]any{"memory": memoryLimit}},
 		}
 	}
+	hostedValues := func() map[string]any {
+		v := values(2, "768Mi")
+		v["runtimes"] = []any{"hosted"}
+		v["hosted"] = map[string]any{"registry": pushControlPlane(t, e)}
+		return v
+	}
 
 	kubeconfig := filepath.Join(t.TempDir(), "mgmt.kubeconfig")
 	if err := os.WriteFile(kubeconfig, []byte(e.MustRun("kubeconfig", "mgmt")), 0o600); err != nil {
@@ -176,6 +182,14 @@ func TestHelmChart(t *testing.T) {
 	}
 	next := leaderPod(t, cs, leader)
 	t.Logf("FIGURE leader pod deleted -> %s holds the Lease: %s", next, time.Since(start).Round(10*time.Millisecond))
+
+	// The hosted runtime: tenant control planes as Deployments of this
+	// cluster, made by the manager in its pod.
+	if _, err := upgrade.RunWithContext(t.Context(), helmRelease, ch, hostedValues()); err != nil {
+		t.Fatalf("helm upgrade to the hosted runtime: %v", err)
+	}
+	managerRolledOut(t, cs, 2, "768Mi")
+	testHostedClusters(t, e, cs, kubeconfig)
 }
 
 // metricsOf checks that the metrics Service has pod among its ready

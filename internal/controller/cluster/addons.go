@@ -142,7 +142,7 @@ func (r *Reconciler) reconcileAddons(ctx context.Context, cl *fkev1.Cluster, key
 		}
 		procs = append(procs, ps...)
 	}
-	st, ensureErr := r.Runtime.EnsureAddons(ctx, key, procs)
+	st, ensureErr := r.runtime(cl).EnsureAddons(ctx, key, procs)
 	for i, a := range r.Managed {
 		o := &obs[i]
 		if o.Enabled {

@@ -216,7 +216,7 @@ func TestReconcileAddons(t *testing.T) {
 				rt.err = errors.New("fake not found")
 			}
 			a := &fakeAddon{enabled: tc.enabled, serving: tc.serving, parts: tc.parts}
-			r := &Reconciler{Runtime: rt, Recorder: events.NewFakeRecorder(10), Managed: []addons.Managed{a}}
+			r := &Reconciler{Runtimes: map[fkev1.ControlPlaneRuntime]controlplane.Runtime{fkev1.RuntimeLocal: rt}, Recorder: events.NewFakeRecorder(10), Managed: []addons.Managed{a}}
 			cl := &fkev1.Cluster{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "demo"}}
 			if tc.known {
 				cl.Status.Addons = []fkev1.AddonStatus{{Name: "fake", Phase: fkev1.AddonReady}}

@@ -5,6 +5,7 @@ package cluster
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/netip"
 	"path/filepath"
@@ -51,8 +52,10 @@ type Reconciler struct {
 	// reads the upgrade's status there, so that a step a stale cache does
 	// not show yet is not taken twice. Nil reads through Client.
 	APIReader client.Reader
-	Runtime   controlplane.Runtime
-	Recorder  events.EventRecorder
+	// Runtimes run control planes, by the spec.runtime they serve; a
+	// Cluster whose runtime is not here waits, saying so.
+	Runtimes map[fkev1.ControlPlaneRuntime]controlplane.Runtime
+	Recorder events.EventRecorder
 	// Versioner reads the version a ready API server reports; nil skips it.
 	Versioner func(ctx context.Context, endpoint string, kubeconfig []byte) (string, error)
 	// Addons installs what fke needs in a ready tenant cluster (e.g. the
@@ -122,7 +125,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.
 	if err := r.Client.Get(ctx, req.NamespacedName, cl); err != nil {
 		if apierrors.IsNotFound(err) {
 			// Gone without our finalizer (or already cleaned up): make sure nothing runs.
-			return ctrl.Result{}, r.Runtime.Stop(ctx, req.String())
+			return ctrl.Result{}, r.stopEverywhere(ctx, req.String())
 		}
 		return ctrl.Result{}, fmt.Errorf("getting cluster: %w", err)
 	}
@@ -155,7 +158,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.
 		before = cl.DeepCopy()
 	}
 
-	if reason, msg, ok := validate(cl); !ok {
+	if reason, msg, ok := r.validate(cl); !ok {
 		setNotReady(cl, reason, msg)
 		r.Recorder.Eventf(cl, nil, corev1.EventTypeWarning, reason, "Validate", msg)
 		return ctrl.Result{}, nil
@@ -207,9 +210,10 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.
 		}
 	}
 	spec := controlplane.Spec{
-		Restore: restore,
-		Key:     req.String(),
-		Version: cl.Spec.Version,
+		Restore:   restore,
+		Key:       req.String(),
+		Version:   cl.Spec.Version,
+		Datastore: string(cl.Spec.Datastore),
 		// Components start again at the version they ran, also in the
 		// middle of an upgrade; reconcileUpgrade moves them on.
 		ComponentVersions: startVersions(cl),
@@ -220,7 +224,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.
 		NodeAddress:       r.NodeAddress,
 	}
 	wasReady := meta.IsStatusConditionTrue(cl.Status.Conditions, fkev1.ConditionControlPlaneReady)
-	st, err := r.Runtime.Ensure(ctx, spec)
+	st, err := r.runtime(cl).Ensure(ctx, spec)
 	if err != nil {
 		setUnknown(cl, err)
 		r.Recorder.Eventf(cl, nil, corev1.EventTypeWarning, "ControlPlaneFailed", "Start", "starting control plane: %v", err)
@@ -299,6 +303,32 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.
 	return ctrl.Result{RequeueAfter: requeue}, nil
 }
 
+// runtime returns the runtime of cl's spec.runtime (nil when this
+// manager does not run it; validate says so before anything is asked of it).
+func (r *Reconciler) runtime(cl *fkev1.Cluster) controlplane.Runtime {
+	name := cl.Spec.Runtime
+	if name == "" {
+		name = fkev1.RuntimeLocal
+	}
+	return r.Runtimes[name]
+}
+
+// local returns the local runtime, which keeps the warm pool (nil when
+// this manager does not run it).
+func (r *Reconciler) local() controlplane.Runtime { return r.Runtimes[fkev1.RuntimeLocal] }
+
+// stopEverywhere stops the control plane of key in every runtime: its
+// Cluster is gone, so which one ran it is not known. Idempotent.
+func (r *Reconciler) stopEverywhere(ctx context.Context, key string) error {
+	var errs []error
+	for name, rt := range r.Runtimes {
+		if err := rt.Stop(ctx, key); err != nil {
+			errs = append(errs, fmt.Errorf("runtime %s: %w", name, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
 // baseInstalled reports whether the addons every cluster gets were
 // installed into the running control plane of key.
 func (r *Reconciler) baseInstalled(key string) bool {
@@ -316,7 +346,7 @@ func (r *Reconciler) restoreInPlace(ctx context.Context, cl *fkev1.Cluster, want
 	if err != nil {
 		return "", fmt.Errorf("cannot restore %s in place from %s: %w", cl.Name, name, err)
 	}
-	if err := r.Runtime.SetAsideData(ctx, client.ObjectKeyFromObject(cl).String()); err != nil {
+	if err := r.runtime(cl).SetAsideData(ctx, client.ObjectKeyFromObject(cl).String()); err != nil {
 		return "", fmt.Errorf("restoring %s in place: %w", cl.Name, err)
 	}
 	return path, nil
@@ -350,7 +380,7 @@ func (r *Reconciler) finalize(ctx context.Context, cl *fkev1.Cluster) (waiting b
 	r.cidrMu.Lock()
 	delete(r.picked, key)
 	r.cidrMu.Unlock()
-	if err := r.Runtime.Delete(ctx, key); err != nil {
+	if err := r.runtime(cl).Delete(ctx, key); err != nil {
 		r.Recorder.Eventf(cl, nil, corev1.EventTypeWarning, "DeleteFailed", "Delete", "deleting control plane: %v", err)
 		return false, fmt.Errorf("deleting control plane %s: %w", key, err)
 	}

@@ -49,6 +49,9 @@ func portFields(p *fkev1.ClusterPorts) []*int32 {
 // Ports added by a later fke (metrics-server's, the GPU metrics adapter's, the VPA webhook's) are allocated for existing
 // clusters the same way, leaving the others as they are.
 func (r *Reconciler) ensurePorts(ctx context.Context, cl *fkev1.Cluster) error {
+	if r.runtime(cl) != r.local() {
+		return nil // other runtimes own their addressing
+	}
 	want, err := r.allocatePorts(ctx, cl.Status.Ports, false)
 	if err != nil || want == cl.Status.Ports {
 		return err
@@ -150,9 +153,11 @@ func (r *Reconciler) allocatePorts(ctx context.Context, have fkev1.ClusterPorts,
 // ensurePKI loads the cluster's PKI Secret, completes it, and writes it back
 // when anything was added or renewed. The CAs never change once created.
 func (r *Reconciler) ensurePKI(ctx context.Context, cl *fkev1.Cluster) (pki.Bundle, error) {
-	ips, err := controlplane.APIServerIPs(cl.Spec.Network.ServiceCIDR, r.NodeAddress)
+	addrs, err := r.runtime(cl).Addresses(ctx, controlplane.Spec{
+		Key: client.ObjectKeyFromObject(cl).String(), ServiceCIDR: cl.Spec.Network.ServiceCIDR, NodeAddress: r.NodeAddress,
+	})
 	if err != nil {
-		return nil, fmt.Errorf("API server addresses (service CIDR %q): %w", cl.Spec.Network.ServiceCIDR, err)
+		return nil, err
 	}
 	secret := &corev1.Secret{}
 	key := client.ObjectKey{Namespace: cl.Namespace, Name: pkiSecretName(cl.Name)}
@@ -175,8 +180,10 @@ func (r *Reconciler) ensurePKI(ctx context.Context, cl *fkev1.Cluster) (pki.Bund
 		seed = src
 	}
 	bundle, changed, err := pki.EnsureBundle(seed, pki.ControlPlaneSpec{
-		ClusterName:  cl.Name,
-		APIServerIPs: ips,
+		ClusterName:       cl.Name,
+		APIServerIPs:      addrs.APIServerIPs,
+		APIServerDNSNames: addrs.APIServerDNSNames,
+		EtcdDNSNames:      addrs.EtcdDNSNames,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("ensuring PKI: %w", err)

@@ -94,7 +94,7 @@ func (r *Reconciler) standbySecrets(ctx context.Context) ([]corev1.Secret, error
 }
 
 // planeOf reads a plane's Secret; ready is asked of the runtime.
-func (r *Reconciler) planeOf(s *corev1.Secret) warmpool.Plane {
+func (r *Reconciler) planeOf(ctx context.Context, s *corev1.Secret) warmpool.Plane {
 	id := s.Labels[LabelStandbyPlane]
 	return warmpool.Plane{
 		ID: id,
@@ -102,7 +102,7 @@ func (r *Reconciler) planeOf(s *corev1.Secret) warmpool.Plane {
 			Version: s.Annotations[annoVersion], ServiceCIDR: s.Annotations[annoServiceCIDR], NodeAddress: s.Annotations[annoNodeAddress],
 		},
 		PodCIDR:   s.Annotations[annoPodCIDR],
-		Ready:     r.Runtime.Status(standbyKey(id)).Ready(),
+		Ready:     r.localStatus(ctx, standbyKey(id)).Ready(),
 		ClaimedBy: s.Labels[LabelClaimedBy],
 		Created:   s.CreationTimestamp.Time,
 	}
@@ -173,7 +173,7 @@ func (r *Reconciler) claimStandby(ctx context.Context, cl *fkev1.Cluster) error 
 	}
 	planes := make([]warmpool.Plane, len(secrets))
 	for i := range secrets {
-		planes[i] = r.planeOf(&secrets[i])
+		planes[i] = r.planeOf(ctx, &secrets[i])
 	}
 	p, ok := warmpool.Pick(planes, req)
 	if !ok {
@@ -253,7 +253,7 @@ func (r *Reconciler) finishClaim(ctx context.Context, cl *fkev1.Cluster, s *core
 	} else if err != nil {
 		return fmt.Errorf("getting PKI secret: %w", err)
 	}
-	if err := r.Runtime.Adopt(ctx, standbyKey(id), client.ObjectKeyFromObject(cl).String()); err != nil {
+	if err := r.local().Adopt(ctx, standbyKey(id), client.ObjectKeyFromObject(cl).String()); err != nil {
 		return err
 	}
 	if err := r.Client.Delete(ctx, s); err != nil && !apierrors.IsNotFound(err) {
@@ -347,7 +347,7 @@ func (r *Reconciler) poolStep(ctx context.Context) (int, error) {
 	exists, busy := map[string]bool{}, false
 	for _, c := range clusters.Items {
 		exists[string(c.UID)] = true
-		if c.DeletionTimestamp.IsZero() && starting(r.Runtime.Status(client.ObjectKeyFromObject(&c).String())) {
+		if c.DeletionTimestamp.IsZero() && r.runtime(&c) == r.local() && starting(r.localStatus(ctx, client.ObjectKeyFromObject(&c).String())) {
 			busy = true
 		}
 	}
@@ -362,11 +362,11 @@ func (r *Reconciler) poolStep(ctx context.Context) (int, error) {
 			// while it runs.
 			if spec, err := standbySpec(s); err != nil {
 				errs = append(errs, err)
-			} else if _, err := r.Runtime.Ensure(ctx, spec); err != nil {
+			} else if _, err := r.local().Ensure(ctx, spec); err != nil {
 				errs = append(errs, fmt.Errorf("starting standby plane %s: %w", s.Name, err))
 			}
 		}
-		planes = append(planes, r.planeOf(s))
+		planes = append(planes, r.planeOf(ctx, s))
 	}
 	plan := warmpool.Decide(planes, r.shape(), r.Warm.Size, busy, exists)
 	for _, id := range plan.Remove {
@@ -388,6 +388,13 @@ func (r *Reconciler) poolStep(ctx context.Context) (int, error) {
 	return len(byID) - len(plan.Remove), errors.Join(errs...)
 }
 
+// localStatus is the local runtime's status of key; the local runtime
+// observes its own processes, so it has no error to report.
+func (r *Reconciler) localStatus(ctx context.Context, key string) controlplane.Status {
+	st, _ := r.local().Status(ctx, key)
+	return st
+}
+
 // starting reports whether a component of a control plane runs and does
 // not serve yet: it starts (created, restarted or upgraded) and wants the
 // CPU. A control plane that does not run at all is not starting.
@@ -403,7 +410,7 @@ func starting(st controlplane.Status) bool {
 // removePlane stops a plane, removes its data, then its Secret.
 func (r *Reconciler) removePlane(ctx context.Context, s *corev1.Secret) error {
 	id := s.Labels[LabelStandbyPlane]
-	if err := r.Runtime.Delete(ctx, standbyKey(id)); err != nil {
+	if err := r.local().Delete(ctx, standbyKey(id)); err != nil {
 		return fmt.Errorf("removing standby plane %s: %w", id, err)
 	}
 	if err := r.Client.Delete(ctx, s); err != nil && !apierrors.IsNotFound(err) {
@@ -420,7 +427,7 @@ func (r *Reconciler) removePlane(ctx context.Context, s *corev1.Secret) error {
 // whose Secret was never written or already removed when the manager
 // stopped) and the links adopted planes left.
 func (r *Reconciler) pruneStandbyData(ctx context.Context, byID map[string]*corev1.Secret) error {
-	j, ok := r.Runtime.(standbyJanitor)
+	j, ok := r.local().(standbyJanitor)
 	if !ok {
 		return nil
 	}
@@ -437,7 +444,7 @@ func (r *Reconciler) pruneStandbyData(ctx context.Context, byID map[string]*core
 		if _, ok := byID[id]; ok {
 			continue
 		}
-		errs = append(errs, r.Runtime.Delete(ctx, key))
+		errs = append(errs, r.local().Delete(ctx, key))
 		log.FromContext(ctx).Info("removed standby data no plane describes", "plane", id)
 	}
 	return errors.Join(errs...)
@@ -493,7 +500,7 @@ func (r *Reconciler) startPlane(ctx context.Context) (*corev1.Secret, error) {
 	if err != nil {
 		return s, err
 	}
-	if _, err := r.Runtime.Ensure(ctx, spec); err != nil {
+	if _, err := r.local().Ensure(ctx, spec); err != nil {
 		return s, fmt.Errorf("starting standby plane %s: %w", id, err)
 	}
 	log.FromContext(ctx).Info("standby plane starting", "plane", id, "apiServerPort", ports.APIServer, "podCIDR", podCIDR.String())

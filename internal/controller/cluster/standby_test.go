@@ -34,12 +34,12 @@ type standbyRuntime struct {
 	twice   []string
 }
 
-func (f *standbyRuntime) Status(key string) controlplane.Status {
+func (f *standbyRuntime) Status(context.Context, string) (controlplane.Status, error) {
 	st := controlplane.Status{}
 	for _, c := range controlplane.Components {
 		st.Components = append(st.Components, controlplane.ComponentStatus{Name: c, Running: true, Ready: true})
 	}
-	return st
+	return st, nil
 }
 
 func (f *standbyRuntime) Adopt(_ context.Context, from, to string) error {
@@ -87,8 +87,8 @@ func TestStandbyClaims(t *testing.T) {
 	}
 	rt := &standbyRuntime{adopted: map[string]string{}}
 	managers := []*Reconciler{
-		{Client: c, Runtime: rt, Recorder: events.NewFakeRecorder(100), Warm: WarmPool{Size: planes, Namespace: "fke-system"}},
-		{Client: c, Runtime: rt, Recorder: events.NewFakeRecorder(100), Warm: WarmPool{Size: planes, Namespace: "fke-system"}},
+		{Client: c, Runtimes: map[fkev1.ControlPlaneRuntime]controlplane.Runtime{fkev1.RuntimeLocal: rt}, Recorder: events.NewFakeRecorder(100), Warm: WarmPool{Size: planes, Namespace: "fke-system"}},
+		{Client: c, Runtimes: map[fkev1.ControlPlaneRuntime]controlplane.Runtime{fkev1.RuntimeLocal: rt}, Recorder: events.NewFakeRecorder(100), Warm: WarmPool{Size: planes, Namespace: "fke-system"}},
 	}
 	var wg sync.WaitGroup
 	errs := make(chan error, clusters)
@@ -180,7 +180,9 @@ func (f *poolRuntime) Ensure(_ context.Context, spec controlplane.Spec) (control
 	}
 	return controlplane.Status{}, nil
 }
-func (f *poolRuntime) Status(string) controlplane.Status { return controlplane.Status{} }
+func (f *poolRuntime) Status(context.Context, string) (controlplane.Status, error) {
+	return controlplane.Status{}, nil
+}
 func (f *poolRuntime) Delete(_ context.Context, key string) error {
 	f.deleted = append(f.deleted, key)
 	f.ensured = slices.DeleteFunc(f.ensured, func(k string) bool { return k == key })
@@ -198,7 +200,7 @@ func TestPoolStepKeepsTheNewPlane(t *testing.T) {
 	_ = fkev1.AddToScheme(scheme)
 	c := fake.NewClientBuilder().WithScheme(scheme).WithStatusSubresource(&fkev1.Cluster{}).Build()
 	rt := &poolRuntime{}
-	r := &Reconciler{Client: c, Runtime: rt, Recorder: events.NewFakeRecorder(10), Warm: WarmPool{Size: 1, Namespace: "fke-system"},
+	r := &Reconciler{Client: c, Runtimes: map[fkev1.ControlPlaneRuntime]controlplane.Runtime{fkev1.RuntimeLocal: rt}, Recorder: events.NewFakeRecorder(10), Warm: WarmPool{Size: 1, Namespace: "fke-system"},
 		HostRoutes: func() ([]netip.Prefix, error) { return nil, nil }}
 	ctx := context.Background()
 	for range 2 {

@@ -3,6 +3,7 @@ package cluster
 import (
 	"fmt"
 	"reflect"
+	"slices"
 	"strings"
 
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -21,9 +22,18 @@ const (
 )
 
 // validate checks what the CRD schema cannot: that this fke can run the spec.
-func validate(cl *fkev1.Cluster) (reason, message string, ok bool) {
-	if cl.Spec.Runtime != "" && cl.Spec.Runtime != fkev1.RuntimeLocal {
-		return "UnsupportedRuntime", fmt.Sprintf("runtime %q is not available yet; use runtime local", cl.Spec.Runtime), false
+func (r *Reconciler) validate(cl *fkev1.Cluster) (reason, message string, ok bool) {
+	if r.runtime(cl) == nil {
+		var names []string
+		for n := range r.Runtimes {
+			names = append(names, string(n))
+		}
+		slices.Sort(names)
+		runs := "no control-plane runtime"
+		if len(names) > 0 {
+			runs = "runtime " + strings.Join(names, ", ")
+		}
+		return "UnsupportedRuntime", fmt.Sprintf("runtime %q is not enabled in this fke-manager, which runs %s (fke-manager --runtimes)", cl.Spec.Runtime, runs), false
 	}
 	if err := versions.CheckRunnable(cl.Spec.Version); err != nil {
 		return "UnsupportedVersion", err.Error(), false

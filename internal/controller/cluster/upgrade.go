@@ -153,7 +153,7 @@ func (r *Reconciler) reconcileUpgrade(ctx context.Context, cl *fkev1.Cluster, sp
 	default:
 		up2 := spec
 		up2.Version = target
-		err = r.Runtime.Upgrade(ctx, up2, step)
+		err = r.runtime(cl).Upgrade(ctx, up2, step)
 		if err == nil {
 			// Recorded with this step: a manager restarted before the next
 			// reconcile starts the component at the version it runs now,

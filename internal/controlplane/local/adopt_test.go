@@ -50,7 +50,7 @@ func TestAdoptStandbyPlane(t *testing.T) {
 		t.Fatal(err)
 	}
 	pids := map[string]int{}
-	for _, c := range rt.Status(from).Components {
+	for _, c := range mustStatus(t, rt, from).Components {
 		pids[c.Name] = c.PID
 		if os.Geteuid() == 0 {
 			if n := niceness(t, c.PID); n != 10 {
@@ -65,10 +65,10 @@ func TestAdoptStandbyPlane(t *testing.T) {
 	if err := rt.Adopt(ctx, from, to); err != nil {
 		t.Fatalf("second Adopt: %v", err)
 	}
-	if st := rt.Status(from); len(st.Components) != 0 {
+	if st := mustStatus(t, rt, from); len(st.Components) != 0 {
 		t.Fatalf("the standby key still reports components: %+v", st)
 	}
-	st := rt.Status(to)
+	st := mustStatus(t, rt, to)
 	if !st.Ready() {
 		t.Fatalf("adopted plane not ready: %+v", st)
 	}

@@ -7,7 +7,6 @@ import (
 	"strconv"
 
 	"fke.dev/fke/internal/controlplane"
-	"fke.dev/fke/internal/encryption"
 	"fke.dev/fke/internal/pki"
 )
 
@@ -16,11 +15,11 @@ type layout struct{ root string }
 
 func newLayout(root string) layout { return layout{root: root} }
 
-func (l layout) pki(file string) string      { return filepath.Join(l.root, "pki", file) }
+func (l layout) PKI(file string) string      { return filepath.Join(l.root, "pki", file) }
 func (l layout) etcdData() string            { return filepath.Join(l.root, "etcd") }
 func (l layout) log(component string) string { return filepath.Join(l.root, "logs", component+".log") }
-func (l layout) schedulerConfig() string     { return filepath.Join(l.root, "kube-scheduler.yaml") }
-func (l layout) kubeconfig(user string) string {
+func (l layout) SchedulerConfig() string     { return filepath.Join(l.root, "kube-scheduler.yaml") }
+func (l layout) Kubeconfig(user string) string {
 	return filepath.Join(l.root, user+".kubeconfig")
 }
 
@@ -34,7 +33,7 @@ func (l layout) write(spec controlplane.Spec) error {
 		return err
 	}
 	for name, data := range spec.PKI {
-		if err := writeIfChanged(l.pki(name), data); err != nil {
+		if err := writeIfChanged(l.PKI(name), data); err != nil {
 			return err
 		}
 	}
@@ -44,11 +43,11 @@ func (l layout) write(spec controlplane.Spec) error {
 		if err != nil {
 			return fmt.Errorf("kubeconfig for %s: %w", user, err)
 		}
-		if err := writeIfChanged(l.kubeconfig(user), kc); err != nil {
+		if err := writeIfChanged(l.Kubeconfig(user), kc); err != nil {
 			return err
 		}
 	}
-	return writeIfChanged(l.schedulerConfig(), schedulerConfig(l.kubeconfig(pki.Scheduler)))
+	return writeIfChanged(l.SchedulerConfig(), controlplane.SchedulerConfig(l.Kubeconfig(pki.Scheduler), false))
 }
 
 func writeIfChanged(path string, data []byte) error {
@@ -77,13 +76,13 @@ func etcdArgs(l layout, s controlplane.Spec) []string {
 		"--initial-advertise-peer-urls=" + peer,
 		"--initial-cluster=default=" + peer,
 		"--initial-cluster-state=new",
-		"--cert-file=" + l.pki(pki.EtcdServerCertFile),
-		"--key-file=" + l.pki(pki.EtcdServerKeyFile),
-		"--trusted-ca-file=" + l.pki(pki.EtcdCACertFile),
+		"--cert-file=" + l.PKI(pki.EtcdServerCertFile),
+		"--key-file=" + l.PKI(pki.EtcdServerKeyFile),
+		"--trusted-ca-file=" + l.PKI(pki.EtcdCACertFile),
 		"--client-cert-auth=true",
-		"--peer-cert-file=" + l.pki(pki.EtcdPeerCertFile),
-		"--peer-key-file=" + l.pki(pki.EtcdPeerKeyFile),
-		"--peer-trusted-ca-file=" + l.pki(pki.EtcdCACertFile),
+		"--peer-cert-file=" + l.PKI(pki.EtcdPeerCertFile),
+		"--peer-key-file=" + l.PKI(pki.EtcdPeerKeyFile),
+		"--peer-trusted-ca-file=" + l.PKI(pki.EtcdCACertFile),
 		"--peer-client-cert-auth=true",
 		"--peer-cert-allowed-cn=" + pki.EtcdPeerCommonName,
 		"--snapshot-count=10000",
@@ -119,7 +118,7 @@ func componentArgs(component string, l layout, s controlplane.Spec) []string {
 }
 
 func apiServerArgs(l layout, s controlplane.Spec) []string {
-	return append(advertiseArgs(s),
+	args := append(advertiseArgs(s),
 		// Nodes reach a loopback-bound API server through the host's DNAT of
 		// NodeAddress to loopback.
 		"--bind-address=127.0.0.1",
@@ -128,97 +127,26 @@ func apiServerArgs(l layout, s controlplane.Spec) []string {
 		// port and serves before the old one stops (see Runtime.Upgrade).
 		"--permit-port-sharing=true",
 		"--etcd-servers=https://127.0.0.1:"+strconv.Itoa(s.Ports.EtcdClient),
-		"--etcd-cafile="+l.pki(pki.EtcdCACertFile),
-		"--etcd-certfile="+l.pki(pki.APIServerEtcdClientCertFile),
-		"--etcd-keyfile="+l.pki(pki.APIServerEtcdClientKeyFile),
-		"--tls-cert-file="+l.pki(pki.APIServerCertFile),
-		"--tls-private-key-file="+l.pki(pki.APIServerKeyFile),
-		"--client-ca-file="+l.pki(pki.CACertFile),
-		"--kubelet-client-certificate="+l.pki(pki.APIServerKubeletClientCertFile),
-		"--kubelet-client-key="+l.pki(pki.APIServerKubeletClientKeyFile),
-		"--kubelet-preferred-address-types=InternalIP,Hostname",
-		"--service-account-key-file="+l.pki(pki.SAPubFile),
-		"--service-account-signing-key-file="+l.pki(pki.SAKeyFile),
-		"--service-account-issuer=https://kubernetes.default.svc.cluster.local",
-		"--encryption-provider-config="+l.pki(encryption.ConfigFile),
-		"--service-cluster-ip-range="+s.ServiceCIDR,
-		"--authorization-mode=Node,RBAC",
-		"--enable-admission-plugins=NodeRestriction,ExtendedResourceToleration",
-		"--enable-bootstrap-token-auth=true",
-		"--allow-privileged=true",
-		"--requestheader-client-ca-file="+l.pki(pki.FrontProxyCACertFile),
-		"--requestheader-allowed-names=front-proxy-client",
-		"--requestheader-extra-headers-prefix=X-Remote-Extra-",
-		"--requestheader-group-headers=X-Remote-Group",
-		"--requestheader-username-headers=X-Remote-User",
-		"--proxy-client-cert-file="+l.pki(pki.FrontProxyClientCertFile),
-		"--proxy-client-key-file="+l.pki(pki.FrontProxyClientKeyFile),
-		"--profiling=false",
-		"--v=1",
+		"--etcd-cafile="+l.PKI(pki.EtcdCACertFile),
+		"--etcd-certfile="+l.PKI(pki.APIServerEtcdClientCertFile),
+		"--etcd-keyfile="+l.PKI(pki.APIServerEtcdClientKeyFile),
 	)
-}
-
-func componentCommon(l layout, port int, user string) []string {
-	kc := l.kubeconfig(user)
-	return []string{
-		"--kubeconfig=" + kc,
-		"--authentication-kubeconfig=" + kc,
-		"--authorization-kubeconfig=" + kc,
-		"--bind-address=127.0.0.1",
-		"--secure-port=" + strconv.Itoa(port),
-		"--leader-elect=false",
-		"--profiling=false",
-		"--v=1",
-	}
+	return append(args, controlplane.APIServerFlags(l, s.ServiceCIDR)...)
 }
 
 func controllerManagerArgs(l layout, s controlplane.Spec) []string {
-	return append(componentCommon(l, s.Ports.ControllerManager, pki.ControllerManager),
-		"--client-ca-file="+l.pki(pki.CACertFile),
-		"--requestheader-client-ca-file="+l.pki(pki.FrontProxyCACertFile),
-		"--root-ca-file="+l.pki(pki.CACertFile),
-		"--cluster-signing-cert-file="+l.pki(pki.CACertFile),
-		"--cluster-signing-key-file="+l.pki(pki.CAKeyFile),
-		"--service-account-private-key-file="+l.pki(pki.SAKeyFile),
-		"--use-service-account-credentials=true",
-		"--controllers=*,bootstrapsigner,tokencleaner",
-		"--allocate-node-cidrs=true",
-		// Room for many nodes (kwok fleets of a thousand): the defaults of 20
-		// requests/s leave new nodes tainted not-ready for minutes.
-		"--kube-api-qps=500",
-		"--kube-api-burst=1000",
-		"--concurrent-replicaset-syncs=10",
-		"--cluster-cidr="+s.PodCIDR,
-		"--service-cluster-ip-range="+s.ServiceCIDR,
-		"--cluster-name="+filepath.Base(s.Key),
-	)
+	return append([]string{
+		"--bind-address=127.0.0.1",
+		"--secure-port=" + strconv.Itoa(s.Ports.ControllerManager),
+		"--leader-elect=false",
+	}, controlplane.ControllerManagerFlags(l, s)...)
 }
 
 func schedulerArgs(l layout, s controlplane.Spec) []string {
-	kc := l.kubeconfig(pki.Scheduler)
-	return []string{
-		"--config=" + l.schedulerConfig(),
-		"--authentication-kubeconfig=" + kc,
-		"--authorization-kubeconfig=" + kc,
+	return append([]string{
 		"--bind-address=127.0.0.1",
 		"--secure-port=" + strconv.Itoa(s.Ports.Scheduler),
-		"--profiling=false",
-		"--v=1",
-	}
-}
-
-// schedulerConfig is kube-scheduler's configuration: its kubeconfig, no
-// leader election, and a client fast enough to bind tens of thousands of pods.
-func schedulerConfig(kubeconfig string) []byte {
-	return []byte(`apiVersion: kubescheduler.config.k8s.io/v1
-kind: KubeSchedulerConfiguration
-clientConnection:
-  kubeconfig: ` + kubeconfig + `
-  qps: 500
-  burst: 1000
-leaderElection:
-  leaderElect: false
-`)
+	}, controlplane.SchedulerFlags(l)...)
 }
 
 // componentGOGC is the Go garbage collector's target of every component

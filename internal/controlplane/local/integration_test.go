@@ -166,7 +166,7 @@ func TestUpgradeWithoutGap(t *testing.T) {
 	if gap > time.Second {
 		t.Errorf("the API went unanswered for %s during the upgrade (%s)", gap, summary)
 	}
-	st := rt.Status(spec.Key)
+	st := mustStatus(t, rt, spec.Key)
 	for _, c := range st.Components {
 		if c.Name != controlplane.Etcd && c.Version != versions.Default {
 			t.Errorf("%s runs %q after the upgrade, want %s", c.Name, c.Version, versions.Default)
@@ -241,9 +241,20 @@ func TestUpgradeStepFailure(t *testing.T) {
 	if gap > time.Second {
 		t.Errorf("the API went unanswered for %s while the upgrade failed (%s)", gap, summary)
 	}
-	for _, c := range rt.Status(spec.Key).Components {
+	for _, c := range mustStatus(t, rt, spec.Key).Components {
 		if c.Name != controlplane.Etcd && c.Version != versions.Default {
 			t.Errorf("%s runs %q after the failed step, want %s", c.Name, c.Version, versions.Default)
 		}
 	}
+}
+
+// mustStatus is rt's status of key (the local runtime observes its own
+// processes, so it never fails).
+func mustStatus(t *testing.T, rt *local.Runtime, key string) controlplane.Status {
+	t.Helper()
+	st, err := rt.Status(t.Context(), key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st
 }

@@ -232,10 +232,21 @@ func (r *Runtime) apiServerReady(key string) bool {
 }
 
 // Status implements controlplane.Runtime.
-func (r *Runtime) Status(key string) controlplane.Status {
+func (r *Runtime) Status(_ context.Context, key string) (controlplane.Status, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return r.statusLocked(key)
+	return r.statusLocked(key), nil
+}
+
+// Addresses: the local runtime's API server listens on loopback, is
+// reached by nodes at spec.NodeAddress, and by pods at the kubernetes
+// Service's first IP; etcd listens on loopback only.
+func (r *Runtime) Addresses(_ context.Context, spec controlplane.Spec) (controlplane.Addresses, error) {
+	ips, err := controlplane.APIServerIPs(spec.ServiceCIDR, spec.NodeAddress)
+	if err != nil {
+		return controlplane.Addresses{}, fmt.Errorf("API server addresses (service CIDR %q): %w", spec.ServiceCIDR, err)
+	}
+	return controlplane.Addresses{APIServerIPs: ips}, nil
 }
 
 func (r *Runtime) statusLocked(key string) controlplane.Status {

@@ -72,7 +72,7 @@ func TestArgsSecrets(t *testing.T) {
 	l := newLayout("/data/default/demo")
 	s := controlplane.Spec{Key: "default/demo", Ports: controlplane.Ports{APIServer: 1, EtcdClient: 2, EtcdPeer: 3}, ServiceCIDR: "10.96.0.0/12"}
 	api := apiServerArgs(l, s)
-	if !slices.Contains(api, "--encryption-provider-config="+l.pki(encryption.ConfigFile)) {
+	if !slices.Contains(api, "--encryption-provider-config="+l.PKI(encryption.ConfigFile)) {
 		t.Errorf("kube-apiserver args lack the encryption configuration: %v", api)
 	}
 	etcd := etcdArgs(l, s)
@@ -80,9 +80,9 @@ func TestArgsSecrets(t *testing.T) {
 		"--listen-peer-urls=https://127.0.0.1:3",
 		"--initial-advertise-peer-urls=https://127.0.0.1:3",
 		"--peer-client-cert-auth=true",
-		"--peer-cert-file=" + l.pki(pki.EtcdPeerCertFile),
-		"--peer-key-file=" + l.pki(pki.EtcdPeerKeyFile),
-		"--peer-trusted-ca-file=" + l.pki(pki.EtcdCACertFile),
+		"--peer-cert-file=" + l.PKI(pki.EtcdPeerCertFile),
+		"--peer-key-file=" + l.PKI(pki.EtcdPeerKeyFile),
+		"--peer-trusted-ca-file=" + l.PKI(pki.EtcdCACertFile),
 		"--peer-cert-allowed-cn=" + pki.EtcdPeerCommonName,
 	} {
 		if !slices.Contains(etcd, want) {

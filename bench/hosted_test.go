@@ -1,0 +1,192 @@
+package bench
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"fke.dev/fke/internal/binaries"
+	"fke.dev/fke/internal/controlplane/hosted"
+	"fke.dev/fke/internal/hostnet"
+	"fke.dev/fke/internal/manager"
+	"fke.dev/fke/internal/nodeprovider/local"
+	"fke.dev/fke/internal/nodeutil"
+	"fke.dev/fke/test/testenv"
+)
+
+// BenchmarkHosted: an fke cluster with three local nodes is the
+// management cluster of the hosted runtime. One tenant control plane is
+// created alone (create -> /readyz), then 10 (FKE_BENCH_HOSTED) at once,
+// half with a dedicated etcd and half in the shared etcd; it reports the
+// time until all answer /readyz and each tenant's memory (the working set
+// of its pods, as the kubelets' summary API reports it, which is what
+// `kubectl top` shows), per datastore, the shared etcd split among its
+// tenants.
+//
+//	go test ./bench -run '^$' -bench Hosted -benchtime 1x -timeout 60m
+func BenchmarkHosted(b *testing.B) {
+	checks := local.Checks(b.Context(), binaries.Finder{Dir: testenv.BinDir(b)}, hostnet.New(nil, nil))
+	if err := local.Unavailable(checks); err != nil {
+		b.Skipf("local nodes cannot run here: %v", err)
+	}
+	n := 10
+	if v, err := strconv.Atoi(os.Getenv("FKE_BENCH_HOSTED")); err == nil && v > 1 {
+		n = v
+	}
+	e := testenv.Up(b)
+	e.MustRun("cluster", "create", "mgmt", "--wait", "--metrics-server=false", "--gpu-metrics=false")
+	e.WaitSystemImages()
+	e.MustRun("nodepool", "create", "mgmt/cpu", "--provider", "local", "--instance-type", "cpu-small", "--replicas", "3")
+	cs := e.Tenant("mgmt")
+	testenv.WaitReadyNodes(b, cs, 3)
+	out := e.MustRun("image", "push-control-plane")
+	m := regexp.MustCompile(`--hosted-registry=(\S+)`).FindStringSubmatch(out)
+	if m == nil {
+		b.Fatalf("push-control-plane printed no registry:\n%s", out)
+	}
+	scheme, err := manager.Scheme()
+	if err != nil {
+		b.Fatal(err)
+	}
+	mgmt, err := client.New(e.TenantConfig("mgmt"), client.Options{Scheme: scheme})
+	if err != nil {
+		b.Fatal(err)
+	}
+	rt, err := hosted.New(hosted.Options{Client: mgmt, Registry: m[1]})
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(b.Context(), 40*time.Minute)
+	defer cancel()
+
+	// One alone: the images are on the nodes after it.
+	first, err := testenv.CreateHostedPlane(ctx, rt, "bench/alone", hosted.Dedicated)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Logf("one hosted control plane alone (dedicated etcd, first pull of the images): create -> /readyz %s", first.Ready.Round(10*time.Millisecond))
+	if err := rt.Delete(ctx, first.Key); err != nil {
+		b.Fatal(err)
+	}
+	second, err := testenv.CreateHostedPlane(ctx, rt, "bench/alone-again", hosted.Dedicated)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportMetric(second.Ready.Seconds(), "s-create-to-readyz-alone")
+	if err := rt.Delete(ctx, second.Key); err != nil {
+		b.Fatal(err)
+	}
+
+	start := time.Now()
+	var mu sync.Mutex
+	var planes []*testenv.HostedPlane
+	var wg sync.WaitGroup
+	for i := range n {
+		ds := hosted.Dedicated
+		if i%2 == 1 {
+			ds = hosted.Shared
+		}
+		wg.Go(func() {
+			p, err := testenv.CreateHostedPlane(ctx, rt, fmt.Sprintf("bench/h%02d", i), ds)
+			if err != nil {
+				b.Error(err)
+				return
+			}
+			mu.Lock()
+			planes = append(planes, p)
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	if b.Failed() {
+		b.FailNow()
+	}
+	all := time.Since(start)
+	var ready []time.Duration
+	for _, p := range planes {
+		ready = append(ready, p.Ready)
+	}
+	b.ReportMetric(all.Seconds(), "s-all-ready")
+	b.ReportMetric(median(ready).Seconds(), "s-median-create-to-readyz")
+	b.ReportMetric(slices.Max(ready).Seconds(), "s-max-create-to-readyz")
+
+	time.Sleep(60 * time.Second) // a settling period for idle memory, not a wait for state
+	byNS := podMemoryMB(b, cs)
+	var ded, sh []float64
+	for _, p := range planes {
+		mb := byNS[hosted.Namespace(p.Key)]
+		if p.Datastore == hosted.Shared {
+			sh = append(sh, mb)
+		} else {
+			ded = append(ded, mb)
+		}
+	}
+	sharedEtcd := byNS[manager.DefaultSystemNamespace] / float64(len(sh))
+	meanDed, meanSh := mean(ded), mean(sh)+sharedEtcd
+	b.ReportMetric(meanDed, "MB-per-tenant-dedicated")
+	b.ReportMetric(meanSh, "MB-per-tenant-shared")
+	b.ReportMetric(meanSh/meanDed, "shared/dedicated")
+	b.Logf("per tenant (pods' working set): dedicated %.0f MB; shared %.0f MB (its pods %.0f + shared etcd %.0f / %d tenants); shared/dedicated %.2f",
+		meanDed, meanSh, mean(sh), byNS[manager.DefaultSystemNamespace], len(sh), meanSh/meanDed)
+	for _, p := range planes {
+		if err := rt.Delete(ctx, p.Key); err != nil {
+			b.Error(err)
+		}
+	}
+}
+
+func mean(xs []float64) float64 {
+	s := 0.0
+	for _, x := range xs {
+		s += x
+	}
+	return s / float64(max(len(xs), 1))
+}
+
+// podMemoryMB sums the working set of every pod by namespace, from each
+// Ready node's summary API (through the API server's node proxy).
+func podMemoryMB(b *testing.B, cs kubernetes.Interface) map[string]float64 {
+	nodes, err := cs.CoreV1().Nodes().List(b.Context(), metav1.ListOptions{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	out := map[string]float64{}
+	for _, n := range nodes.Items {
+		if !nodeutil.NodeReady(&n) {
+			continue
+		}
+		raw, err := cs.CoreV1().RESTClient().Get().AbsPath("/api/v1/nodes", n.Name, "proxy/stats/summary").DoRaw(b.Context())
+		if err != nil {
+			b.Fatalf("summary of %s: %v", n.Name, err)
+		}
+		var sum struct {
+			Pods []struct {
+				PodRef struct{ Namespace string } `json:"podRef"`
+				Memory *struct {
+					WorkingSetBytes *uint64 `json:"workingSetBytes"`
+				} `json:"memory"`
+			} `json:"pods"`
+		}
+		if err := json.Unmarshal(raw, &sum); err != nil {
+			b.Fatalf("summary of %s: %v", n.Name, err)
+		}
+		for _, p := range sum.Pods {
+			if p.Memory != nil && p.Memory.WorkingSetBytes != nil && strings.HasPrefix(p.PodRef.Namespace, "fke-") {
+				out[p.PodRef.Namespace] += float64(*p.Memory.WorkingSetBytes) / 1e6
+			}
+		}
+	}
+	return out
+}

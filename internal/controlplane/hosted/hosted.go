@@ -1,0 +1,615 @@
+// Package hosted runs tenant control planes in a management Kubernetes
+// cluster, as Kamaji and Gardener do: each tenant gets a namespace
+// (Namespace) with kube-apiserver (a Deployment of two or more replicas
+// behind a NodePort Service, spread across nodes, with a
+// PodDisruptionBudget), kube-controller-manager and kube-scheduler
+// (Deployments with leader election), its certificates and kubeconfigs in
+// a Secret, and its data either in an etcd StatefulSet of its own
+// (Dedicated) or under a key prefix, user and role of its own in a shared
+// etcd cluster (Shared).
+//
+// The runtime owns its addressing: the API server listens in its pods at
+// the node port's number and advertises the endpoint host, so users,
+// fke-manager and the tenant's own nodes reach it at
+// https://<endpoint host>:<node port>.
+package hosted
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"slices"
+	"sort"
+	"strconv"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"fke.dev/fke/internal/controlplane"
+	"fke.dev/fke/internal/image"
+	"fke.dev/fke/internal/pki"
+)
+
+// Options configure a Runtime.
+type Options struct {
+	// Client reaches the management cluster the control planes run in.
+	Client client.Client
+	// Registry holds the component images: <Registry>/kube-apiserver:<Kubernetes
+	// version> (and kube-controller-manager, kube-scheduler) and
+	// <Registry>/etcd:<EtcdTag>, each binary at /usr/local/bin as in the
+	// upstream images. fke builds them into its registry with `fke image
+	// push-control-plane` (<registry>/fke).
+	Registry string
+	// EtcdTag is the etcd image's tag (default image.EtcdVersion).
+	EtcdTag string
+	// EndpointHost is the address at which users, fke-manager and nodes
+	// reach the management cluster's node ports; empty: the InternalIP of
+	// its first Ready node, by name.
+	EndpointHost string
+	// SystemNamespace holds the shared etcd cluster (default fke-system).
+	SystemNamespace string
+	// APIServerReplicas (default 2) and EtcdReplicas (default 3, for both
+	// datastores) size the control planes.
+	APIServerReplicas, EtcdReplicas int32
+	Logger                          *slog.Logger
+}
+
+// Runtime runs control planes in the management cluster of Options.Client.
+type Runtime struct {
+	opts   Options
+	c      client.Client
+	log    *slog.Logger
+	shared *sharedEtcd
+}
+
+var _ controlplane.Runtime = (*Runtime)(nil)
+
+// FieldOwner is the runtime's field manager for server-side apply.
+const FieldOwner = "fke-hosted-runtime"
+
+// New returns a Runtime.
+func New(opts Options) (*Runtime, error) {
+	if opts.Client == nil {
+		return nil, errors.New("hosted runtime: no client of the management cluster")
+	}
+	if opts.Registry == "" {
+		return nil, errors.New("hosted runtime: no image registry for the control-plane components")
+	}
+	if opts.EtcdTag == "" {
+		opts.EtcdTag = image.EtcdVersion
+	}
+	if opts.SystemNamespace == "" {
+		opts.SystemNamespace = "fke-system"
+	}
+	if opts.APIServerReplicas <= 0 {
+		opts.APIServerReplicas = 2
+	}
+	if opts.EtcdReplicas <= 0 {
+		opts.EtcdReplicas = 3
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	r := &Runtime{opts: opts, c: opts.Client, log: opts.Logger}
+	r.shared = &sharedEtcd{r: r}
+	return r, nil
+}
+
+func (r *Runtime) image(component, version string) string {
+	if component == controlplane.Etcd {
+		return r.opts.Registry + "/etcd:" + r.opts.EtcdTag
+	}
+	return r.opts.Registry + "/" + component + ":" + version
+}
+
+func (r *Runtime) apply(ctx context.Context, objs ...client.Object) error {
+	for _, o := range objs {
+		o.SetManagedFields(nil)
+		o.SetResourceVersion("")
+		if err := r.c.Patch(ctx, o, client.Apply, client.FieldOwner(FieldOwner), client.ForceOwnership); err != nil {
+			return fmt.Errorf("applying %T %s/%s: %w", o, o.GetNamespace(), o.GetName(), err)
+		}
+	}
+	return nil
+}
+
+// ensureNamespace makes the tenant's namespace, labelled with its Cluster.
+func (r *Runtime) ensureNamespace(ctx context.Context, key, datastore string) (string, error) {
+	name := Namespace(key)
+	ns := &corev1.Namespace{
+		TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Namespace"},
+		ObjectMeta: metav1.ObjectMeta{
+			Name:        name,
+			Labels:      map[string]string{LabelCluster: labelValue(key)},
+			Annotations: map[string]string{AnnotationCluster: key, AnnotationDatastore: datastore},
+		},
+	}
+	existing := &corev1.Namespace{}
+	err := r.c.Get(ctx, client.ObjectKey{Name: name}, existing)
+	switch {
+	case err == nil:
+		if !existing.DeletionTimestamp.IsZero() {
+			return "", fmt.Errorf("namespace %s of %s is still being deleted", name, key)
+		}
+		if existing.Annotations[AnnotationCluster] != key {
+			return "", fmt.Errorf("namespace %s belongs to %q, not %s", name, existing.Annotations[AnnotationCluster], key)
+		}
+		if d := existing.Annotations[AnnotationDatastore]; d != "" && d != datastore {
+			return "", fmt.Errorf("control plane %s keeps its data in the %s datastore; it cannot move to %s", key, d, datastore)
+		}
+		return name, nil
+	case !apierrors.IsNotFound(err):
+		return "", fmt.Errorf("getting namespace %s: %w", name, err)
+	}
+	return name, r.apply(ctx, ns)
+}
+
+func labelValue(key string) string {
+	ns, name, _ := cutKey(key)
+	v := ns + "." + name
+	if len(v) > 63 {
+		sum := sha256.Sum256([]byte(key))
+		v = hex.EncodeToString(sum[:])[:63]
+	}
+	return v
+}
+
+func cutKey(key string) (string, string, bool) {
+	for i := range key {
+		if key[i] == '/' {
+			return key[:i], key[i+1:], true
+		}
+	}
+	return "", key, false
+}
+
+// Addresses reserves the API server's Service (and so its node port) and
+// returns what its certificate must cover: the Service's names in the
+// management cluster, its cluster IP, the endpoint host and the first IP
+// of the tenant's service range (its kubernetes Service). etcd's cover its
+// members' names.
+func (r *Runtime) Addresses(ctx context.Context, spec controlplane.Spec) (controlplane.Addresses, error) {
+	ns, err := r.ensureNamespace(ctx, spec.Key, datastoreOf(spec))
+	if err != nil {
+		return controlplane.Addresses{}, err
+	}
+	svc, err := r.ensureService(ctx, ns)
+	if err != nil {
+		return controlplane.Addresses{}, err
+	}
+	host, err := r.endpointHost(ctx)
+	if err != nil {
+		return controlplane.Addresses{}, err
+	}
+	ips, err := controlplane.APIServerIPs(spec.ServiceCIDR, host)
+	if err != nil {
+		return controlplane.Addresses{}, err
+	}
+	if ip := net.ParseIP(svc.Spec.ClusterIP); ip != nil {
+		ips = append(ips, ip)
+	}
+	return controlplane.Addresses{
+		APIServerDNSNames: []string{
+			APIServerService, APIServerService + "." + ns, APIServerService + "." + ns + ".svc",
+			APIServerService + "." + ns + ".svc.cluster.local",
+		},
+		APIServerIPs: ips,
+		EtcdDNSNames: etcdNames(EtcdService, ns),
+	}, nil
+}
+
+func datastoreOf(spec controlplane.Spec) string {
+	if spec.Datastore == "" {
+		return Dedicated
+	}
+	return spec.Datastore
+}
+
+// ensureService creates the API server's NodePort Service once and points
+// its target port at the node port's number (where the API server
+// listens).
+func (r *Runtime) ensureService(ctx context.Context, ns string) (*corev1.Service, error) {
+	svc := &corev1.Service{}
+	err := r.c.Get(ctx, client.ObjectKey{Namespace: ns, Name: APIServerService}, svc)
+	if apierrors.IsNotFound(err) {
+		svc = apiServerService(ns, 0)
+		if err := r.c.Create(ctx, svc); err != nil && !apierrors.IsAlreadyExists(err) {
+			return nil, fmt.Errorf("creating Service %s/%s: %w", ns, APIServerService, err)
+		}
+		err = r.c.Get(ctx, client.ObjectKey{Namespace: ns, Name: APIServerService}, svc)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("getting Service %s/%s: %w", ns, APIServerService, err)
+	}
+	if len(svc.Spec.Ports) != 1 || svc.Spec.Ports[0].NodePort == 0 {
+		return nil, fmt.Errorf("service %s/%s has no node port", ns, APIServerService)
+	}
+	np := svc.Spec.Ports[0].NodePort
+	if svc.Spec.Ports[0].TargetPort.IntValue() != int(np) {
+		want := apiServerService(ns, np)
+		if err := r.apply(ctx, want); err != nil {
+			return nil, err
+		}
+		svc = want
+	}
+	return svc, nil
+}
+
+// endpointHost is Options.EndpointHost, else the InternalIP of the first
+// Ready node of the management cluster.
+func (r *Runtime) endpointHost(ctx context.Context) (string, error) {
+	if r.opts.EndpointHost != "" {
+		return r.opts.EndpointHost, nil
+	}
+	var nodes corev1.NodeList
+	if err := r.c.List(ctx, &nodes); err != nil {
+		return "", fmt.Errorf("listing the management cluster's nodes: %w", err)
+	}
+	sort.Slice(nodes.Items, func(i, j int) bool { return nodes.Items[i].Name < nodes.Items[j].Name })
+	for _, n := range nodes.Items {
+		if !nodeReady(&n) {
+			continue
+		}
+		for _, a := range n.Status.Addresses {
+			if a.Type == corev1.NodeInternalIP && net.ParseIP(a.Address).To4() != nil {
+				return a.Address, nil
+			}
+		}
+	}
+	return "", errors.New("the management cluster has no Ready node with an IPv4 InternalIP to reach node ports at; set the endpoint host")
+}
+
+func nodeReady(n *corev1.Node) bool {
+	for _, c := range n.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+// Ensure applies every object of spec's control plane: the datastore,
+// the Secret and the Deployments. It returns without waiting.
+func (r *Runtime) Ensure(ctx context.Context, spec controlplane.Spec) (controlplane.Status, error) {
+	if spec.Restore != "" {
+		return controlplane.Status{}, errors.New("restoring from a snapshot is not available on the hosted runtime yet")
+	}
+	if spec.Standby {
+		return controlplane.Status{}, errors.New("the hosted runtime keeps no warm pool")
+	}
+	ds := datastoreOf(spec)
+	ns, err := r.ensureNamespace(ctx, spec.Key, ds)
+	if err != nil {
+		return controlplane.Status{}, err
+	}
+	svc, err := r.ensureService(ctx, ns)
+	if err != nil {
+		return controlplane.Status{}, err
+	}
+	host, err := r.endpointHost(ctx)
+	if err != nil {
+		return controlplane.Status{}, err
+	}
+	p := plane{
+		spec: spec, namespace: ns, image: r.image, nodePort: svc.Spec.Ports[0].NodePort, endpointHost: host,
+		datastore: ds, apiServerReplicas: r.opts.APIServerReplicas, etcdReplicas: r.opts.EtcdReplicas,
+	}
+	data, err := secretData(spec, ns)
+	if err != nil {
+		return controlplane.Status{}, err
+	}
+	switch ds {
+	case Dedicated:
+		data[datastoreCA] = spec.PKI[pki.EtcdCACertFile]
+		data[datastoreCert] = spec.PKI[pki.APIServerEtcdClientCertFile]
+		data[datastoreKey] = spec.PKI[pki.APIServerEtcdClientKeyFile]
+		p.etcdServers = etcdURLs(EtcdService, ns, int(r.opts.EtcdReplicas))
+	case Shared:
+		user, err := r.shared.ensureTenant(ctx, spec.Key, ns)
+		if errors.Is(err, errStarting) {
+			// Nothing to start before the datastore takes the tenant.
+			return r.Status(ctx, spec.Key)
+		}
+		if err != nil {
+			return controlplane.Status{}, err
+		}
+		data[datastoreCA], data[datastoreCert], data[datastoreKey] = user.ca, user.cert, user.key
+		p.etcdServers, p.etcdPrefix = user.servers, user.prefix
+	default:
+		return controlplane.Status{}, fmt.Errorf("unknown datastore %q: use %s or %s", ds, Dedicated, Shared)
+	}
+	p.secretHash = hashData(data)
+	secret := &corev1.Secret{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "Secret"},
+		ObjectMeta: meta(SecretName, ns, nil),
+		Type:       corev1.SecretTypeOpaque,
+		Data:       data,
+	}
+	objs := []client.Object{secret}
+	if ds == Dedicated {
+		sts, hsvc, budget := etcdCluster(EtcdService, ns, SecretName, r.image(controlplane.Etcd, ""), r.opts.EtcdReplicas, nil, p.secretHash)
+		objs = append(objs, hsvc, budget, sts)
+	}
+	for _, d := range p.components() {
+		objs = append(objs, d)
+	}
+	if r.opts.APIServerReplicas > 1 {
+		objs = append(objs, pdb(ns, controlplane.APIServer, r.opts.APIServerReplicas-1))
+	}
+	if err := r.apply(ctx, objs...); err != nil {
+		return controlplane.Status{}, err
+	}
+	return r.Status(ctx, spec.Key)
+}
+
+// secretData is every file the components read: the PKI bundle, the
+// kubeconfigs of kube-controller-manager and kube-scheduler (reaching the
+// API server through its Service) and kube-scheduler's configuration.
+func secretData(spec controlplane.Spec, ns string) (map[string][]byte, error) {
+	data := map[string][]byte{}
+	for k, v := range spec.PKI {
+		data[k] = v
+	}
+	server := "https://" + APIServerService + "." + ns + ".svc:" + strconv.Itoa(APIServerServicePort)
+	for _, user := range []string{pki.ControllerManager, pki.Scheduler} {
+		kc, err := pki.Kubeconfig(spec.Key, server, spec.PKI[pki.CACertFile], spec.PKI[pki.CertFile(user)], spec.PKI[pki.KeyFile(user)], user)
+		if err != nil {
+			return nil, fmt.Errorf("kubeconfig for %s: %w", user, err)
+		}
+		data[user+".kubeconfig"] = kc
+	}
+	data[schedulerYAML] = controlplane.SchedulerConfig(files{}.Kubeconfig(pki.Scheduler), true)
+	return data, nil
+}
+
+func hashData(data map[string][]byte) string {
+	keys := make([]string, 0, len(data))
+	for k := range data {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	h := sha256.New()
+	for _, k := range keys {
+		h.Write([]byte(k))
+		h.Write([]byte{0})
+		h.Write(data[k])
+		h.Write([]byte{0})
+	}
+	return hex.EncodeToString(h.Sum(nil))[:16]
+}
+
+// Status reads the tenant's Deployments, its etcd and its Service.
+func (r *Runtime) Status(ctx context.Context, key string) (controlplane.Status, error) {
+	ns := Namespace(key)
+	nsObj := &corev1.Namespace{}
+	if err := r.c.Get(ctx, client.ObjectKey{Name: ns}, nsObj); err != nil {
+		if apierrors.IsNotFound(err) {
+			return controlplane.Status{}, nil
+		}
+		return controlplane.Status{}, fmt.Errorf("getting namespace %s: %w", ns, err)
+	}
+	var st controlplane.Status
+	svc := &corev1.Service{}
+	if err := r.c.Get(ctx, client.ObjectKey{Namespace: ns, Name: APIServerService}, svc); err == nil && len(svc.Spec.Ports) == 1 {
+		host, err := r.endpointHost(ctx)
+		if err != nil {
+			return controlplane.Status{}, err
+		}
+		st.Endpoint = "https://" + net.JoinHostPort(host, strconv.Itoa(int(svc.Spec.Ports[0].NodePort)))
+	} else if err != nil && !apierrors.IsNotFound(err) {
+		return controlplane.Status{}, fmt.Errorf("getting Service %s/%s: %w", ns, APIServerService, err)
+	}
+	var pods corev1.PodList
+	if err := r.c.List(ctx, &pods, client.InNamespace(ns)); err != nil {
+		return controlplane.Status{}, fmt.Errorf("listing pods of %s: %w", ns, err)
+	}
+	restarts := map[string]int{}
+	for _, p := range pods.Items {
+		for _, c := range p.Status.ContainerStatuses {
+			restarts[p.Labels[LabelComponent]] += int(c.RestartCount)
+		}
+	}
+	etcd, err := r.etcdStatus(ctx, ns, nsObj.Annotations[AnnotationDatastore], key)
+	if err != nil {
+		return controlplane.Status{}, err
+	}
+	etcd.Restarts = restarts[EtcdService]
+	st.Components = append(st.Components, etcd)
+	for _, c := range controlplane.Components[1:] {
+		d := &appsv1.Deployment{}
+		cs := controlplane.ComponentStatus{Name: c, Restarts: restarts[c]}
+		switch err := r.c.Get(ctx, client.ObjectKey{Namespace: ns, Name: c}, d); {
+		case apierrors.IsNotFound(err):
+		case err != nil:
+			return controlplane.Status{}, fmt.Errorf("getting Deployment %s/%s: %w", ns, c, err)
+		default:
+			cs.Running = d.Status.Replicas > 0
+			cs.Ready = d.Status.AvailableReplicas > 0
+			if rolledOut(d) {
+				cs.Version = d.Annotations[AnnotationVersion]
+			}
+		}
+		st.Components = append(st.Components, cs)
+	}
+	return st, nil
+}
+
+// rolledOut reports whether every replica of d runs its current template.
+func rolledOut(d *appsv1.Deployment) bool {
+	want := int32(1)
+	if d.Spec.Replicas != nil {
+		want = *d.Spec.Replicas
+	}
+	return d.Status.ObservedGeneration >= d.Generation && d.Status.UpdatedReplicas == want &&
+		d.Status.Replicas == want && d.Status.AvailableReplicas == want
+}
+
+func (r *Runtime) etcdStatus(ctx context.Context, ns, datastore, key string) (controlplane.ComponentStatus, error) {
+	cs := controlplane.ComponentStatus{Name: controlplane.Etcd}
+	if datastore == Shared {
+		ready, err := r.shared.tenantReady(ctx, ns)
+		if err != nil {
+			return cs, err
+		}
+		cs.Running, cs.Ready = ready, ready
+		return cs, nil
+	}
+	sts := &appsv1.StatefulSet{}
+	switch err := r.c.Get(ctx, client.ObjectKey{Namespace: ns, Name: EtcdService}, sts); {
+	case apierrors.IsNotFound(err):
+		return cs, nil
+	case err != nil:
+		return cs, fmt.Errorf("getting StatefulSet %s/%s: %w", ns, EtcdService, err)
+	}
+	replicas := int32(1)
+	if sts.Spec.Replicas != nil {
+		replicas = *sts.Spec.Replicas
+	}
+	cs.Running = sts.Status.Replicas > 0
+	cs.Ready = sts.Status.ReadyReplicas >= replicas/2+1
+	return cs, nil
+}
+
+// Stop scales kube-apiserver, kube-controller-manager and kube-scheduler
+// to zero and keeps the datastore; Ensure scales them back.
+func (r *Runtime) Stop(ctx context.Context, key string) error {
+	ns := Namespace(key)
+	for _, c := range controlplane.Components[1:] {
+		d := &appsv1.Deployment{}
+		if err := r.c.Get(ctx, client.ObjectKey{Namespace: ns, Name: c}, d); err != nil {
+			if apierrors.IsNotFound(err) {
+				continue
+			}
+			return fmt.Errorf("getting Deployment %s/%s: %w", ns, c, err)
+		}
+		patch := client.MergeFrom(d.DeepCopy())
+		d.Spec.Replicas = ptr32(0)
+		if err := r.c.Patch(ctx, d, patch); err != nil && !apierrors.IsNotFound(err) {
+			return fmt.Errorf("stopping %s/%s: %w", ns, c, err)
+		}
+	}
+	return nil
+}
+
+func ptr32(v int32) *int32 { return &v }
+
+// Delete removes the tenant's namespace (and with it every object of its
+// control plane, and its etcd) and, for the shared datastore, its keys,
+// user and role; it returns once the namespace is gone.
+func (r *Runtime) Delete(ctx context.Context, key string) error {
+	ns := Namespace(key)
+	nsObj := &corev1.Namespace{}
+	if err := r.c.Get(ctx, client.ObjectKey{Name: ns}, nsObj); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		return fmt.Errorf("getting namespace %s: %w", ns, err)
+	}
+	if nsObj.Annotations[AnnotationDatastore] == Shared {
+		if err := r.shared.removeTenant(ctx, ns); err != nil {
+			return err
+		}
+	}
+	if err := r.c.Delete(ctx, nsObj); err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("deleting namespace %s: %w", ns, err)
+	}
+	ctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
+	defer cancel()
+	err := wait.PollUntilContextCancel(ctx, 500*time.Millisecond, true, func(ctx context.Context) (bool, error) {
+		err := r.c.Get(ctx, client.ObjectKey{Name: ns}, &corev1.Namespace{})
+		if apierrors.IsNotFound(err) {
+			return true, nil
+		}
+		return false, nil
+	})
+	if err != nil {
+		return fmt.Errorf("namespace %s of %s is not gone yet: %w", ns, key, err)
+	}
+	r.log.Info("hosted control plane deleted", "cluster", key, "namespace", ns)
+	return nil
+}
+
+// Upgrade rolls component's Deployment to spec.Version's image and waits
+// until every replica runs it; the API server keeps serving through the
+// rolling update (a new replica is ready before an old one stops). When
+// the new version does not become available within five minutes, the
+// Deployment goes back to the version it ran.
+func (r *Runtime) Upgrade(ctx context.Context, spec controlplane.Spec, component string) error {
+	if !slices.Contains(controlplane.Components[1:], component) {
+		return fmt.Errorf("cannot upgrade %s on the hosted runtime", component)
+	}
+	ns := Namespace(spec.Key)
+	d := &appsv1.Deployment{}
+	if err := r.c.Get(ctx, client.ObjectKey{Namespace: ns, Name: component}, d); err != nil {
+		return fmt.Errorf("getting Deployment %s/%s: %w", ns, component, err)
+	}
+	old := d.Annotations[AnnotationVersion]
+	if old == spec.Version && rolledOut(d) {
+		return nil
+	}
+	if err := r.setVersion(ctx, d, spec.Version); err != nil {
+		return err
+	}
+	wctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
+	defer cancel()
+	err := wait.PollUntilContextCancel(wctx, time.Second, true, func(ctx context.Context) (bool, error) {
+		if err := r.c.Get(ctx, client.ObjectKey{Namespace: ns, Name: component}, d); err != nil {
+			return false, nil
+		}
+		return rolledOut(d), nil
+	})
+	if err == nil {
+		return nil
+	}
+	if old != "" && old != spec.Version {
+		if rerr := r.setVersion(ctx, d, old); rerr != nil {
+			return fmt.Errorf("%s did not roll out at %s (%v), and going back to %s failed: %w", component, spec.Version, err, old, rerr)
+		}
+	}
+	return fmt.Errorf("%s did not roll out at %s within 5m; it runs %s again", component, spec.Version, old)
+}
+
+func (r *Runtime) setVersion(ctx context.Context, d *appsv1.Deployment, version string) error {
+	patch := client.MergeFrom(d.DeepCopy())
+	d.Annotations[AnnotationVersion] = version
+	d.Spec.Template.Spec.Containers[0].Image = r.image(d.Name, version)
+	if err := r.c.Patch(ctx, d, patch); err != nil {
+		return fmt.Errorf("setting %s/%s to %s: %w", d.Namespace, d.Name, version, err)
+	}
+	return nil
+}
+
+// SetAsideData is not available: restoring a hosted control plane in
+// place needs the datastore's snapshot path, which the hosted runtime
+// does not have yet.
+func (r *Runtime) SetAsideData(context.Context, string) error {
+	return errors.New("restoring in place is not available on the hosted runtime yet")
+}
+
+// Adopt is not available: the hosted runtime keeps no warm pool.
+func (r *Runtime) Adopt(context.Context, string, string) error {
+	return errors.New("the hosted runtime keeps no warm pool")
+}
+
+// EnsureAddons: addons that serve the tenant's API server do not run on
+// the hosted runtime yet; asking for any is an error that names them.
+func (r *Runtime) EnsureAddons(ctx context.Context, key string, addons []controlplane.Addon) (controlplane.Status, error) {
+	st, err := r.Status(ctx, key)
+	if err != nil || len(addons) == 0 {
+		return st, err
+	}
+	names := make([]string, len(addons))
+	for i, a := range addons {
+		names[i] = a.Name
+	}
+	return st, fmt.Errorf("addons served beside the control plane (%v) do not run on the hosted runtime yet; turn them off in spec.addons", names)
+}

@@ -1,0 +1,216 @@
+package localnode
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	fkev1 "fke.dev/fke/api/v1alpha1"
+	"fke.dev/fke/internal/controller/cluster"
+	"fke.dev/fke/internal/controlplane/hosted"
+	"fke.dev/fke/internal/image"
+	"fke.dev/fke/internal/manager"
+	"fke.dev/fke/internal/nodeutil"
+	"fke.dev/fke/test/testenv"
+)
+
+// testHostedClusters runs after the chart was upgraded to the hosted
+// runtime (two manager replicas): two Clusters, one per datastore, are
+// created as a user creates them; the leader's pod is deleted while they
+// are being reconciled; both become Ready, each serves its own admin
+// kubeconfig and refuses the other's; deleting them removes everything
+// they owned.
+func testHostedClusters(t *testing.T, e *testenv.Env, cs kubernetes.Interface, mgmtKubeconfig string) {
+	scheme, err := manager.Scheme()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := client.New(e.TenantConfig("mgmt"), client.Options{Scheme: scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	nodeReg := e.WaitSystemImages() // as nodes reach it
+	clusters := map[string]fkev1.Datastore{"hosted-a": fkev1.DatastoreDedicated, "hosted-b": fkev1.DatastoreShared}
+	// Pod ranges of their own: the manager in its pod cannot see the
+	// management cluster's range, and a host joined to hosted-a routes both.
+	podCIDRs := map[string]string{"hosted-a": "10.200.0.0/16", "hosted-b": "10.204.0.0/16"}
+	start := time.Now()
+	for name, ds := range clusters {
+		cl := &fkev1.Cluster{
+			ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name},
+			Spec: fkev1.ClusterSpec{Runtime: fkev1.RuntimeHosted, Datastore: ds, Network: fkev1.ClusterNetwork{PodCIDR: podCIDRs[name]}, Addons: fkev1.ClusterAddons{
+				MetricsServer: fkev1.MetricsServerAddon{Enabled: ptr.To(false)},
+				GPUMetrics:    fkev1.GPUMetricsAddon{Enabled: ptr.To(false)},
+			}},
+		}
+		if err := c.Create(t.Context(), cl); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Mid-reconcile: the leader goes, another replica takes over.
+	leader := leaderPod(t, cs, "")
+	testenv.Eventually(t, time.Minute, "the manager started on the clusters", func() error {
+		for name := range clusters {
+			cl := &fkev1.Cluster{}
+			if err := c.Get(t.Context(), client.ObjectKey{Namespace: "default", Name: name}, cl); err != nil {
+				return err
+			}
+			if len(cl.Finalizers) == 0 {
+				return fmt.Errorf("%s has no finalizer yet", name)
+			}
+		}
+		return nil
+	})
+	if err := cs.CoreV1().Pods(helmNamespace).Delete(t.Context(), leader, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	cfgs := map[string]*rest.Config{}
+	for name := range clusters {
+		testenv.Eventually(t, 8*time.Minute, name+" Ready", func() error {
+			cl := &fkev1.Cluster{}
+			if err := c.Get(t.Context(), client.ObjectKey{Namespace: "default", Name: name}, cl); err != nil {
+				return err
+			}
+			if !meta.IsStatusConditionTrue(cl.Status.Conditions, fkev1.ConditionReady) {
+				return fmt.Errorf("conditions %+v", cl.Status.Conditions)
+			}
+			return nil
+		})
+		t.Logf("FIGURE hosted cluster %s (%s etcd) created -> Ready, with the leader's pod deleted on the way: %s",
+			name, clusters[name], time.Since(start).Round(100*time.Millisecond))
+		s := &corev1.Secret{}
+		if err := c.Get(t.Context(), client.ObjectKey{Namespace: "default", Name: cluster.KubeconfigSecretName(name)}, s); err != nil {
+			t.Fatal(err)
+		}
+		cfg, err := clientcmd.RESTConfigFromKubeConfig(s.Data[cluster.KubeconfigKey])
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfgs[name] = cfg
+	}
+
+	t.Run("each admin kubeconfig works, and not on the other cluster", func(t *testing.T) {
+		for name, cfg := range cfgs {
+			tcs := kubernetes.NewForConfigOrDie(cfg)
+			ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "owned-by-" + name}}
+			if _, err := tcs.CoreV1().Namespaces().Create(t.Context(), ns, metav1.CreateOptions{}); err != nil {
+				t.Errorf("%s: %v", name, err)
+			}
+		}
+		a, b := rest.CopyConfig(cfgs["hosted-a"]), cfgs["hosted-b"]
+		a.Host = b.Host
+		a.TLSClientConfig.CAData = b.TLSClientConfig.CAData
+		if _, err := kubernetes.NewForConfigOrDie(a).CoreV1().Namespaces().List(t.Context(), metav1.ListOptions{}); !apierrors.IsUnauthorized(err) {
+			t.Errorf("hosted-a's admin on hosted-b: %v, want 401 Unauthorized", err)
+		}
+	})
+	t.Run("nothing is made twice", func(t *testing.T) {
+		for name := range clusters {
+			ns := hosted.Namespace("default/" + name)
+			var svcs corev1.ServiceList
+			if err := c.List(t.Context(), &svcs, client.InNamespace(ns)); err != nil {
+				t.Fatal(err)
+			}
+			want := 1 // the API server's
+			if clusters[name] == fkev1.DatastoreDedicated {
+				want = 2 // and etcd's
+			}
+			if len(svcs.Items) != want {
+				t.Errorf("%s: %d Services in %s, want %d", name, len(svcs.Items), ns, want)
+			}
+		}
+	})
+	t.Run("a host joined to a hosted cluster runs a pod", func(t *testing.T) {
+		tcs := kubernetes.NewForConfigOrDie(cfgs["hosted-a"])
+		file := filepath.Join(t.TempDir(), "bootstrap.yaml")
+		data := e.MustRun("--kubeconfig", mgmtKubeconfig, "node", "bootstrap-file", "hosted-a", "--pool", "metal")
+		if err := os.WriteFile(file, []byte(data), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		cmd := exec.Command(e.Fke, "--data-dir", e.DataDir, "--bin-dir", e.BinDir, "node", "join", "--bootstrap", file, "--name", "hosted-metal")
+		var out bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &out
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		defer func() {
+			if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+				t.Error(err)
+			}
+			if err := cmd.Wait(); err != nil || !strings.Contains(out.String(), "removed from this host") {
+				t.Errorf("fke node join: %v\n%s", err, out.String())
+			}
+		}()
+		testenv.Eventually(t, 3*time.Minute, "node hosted-metal Ready in hosted-a", func() error {
+			n, err := tcs.CoreV1().Nodes().Get(t.Context(), "hosted-metal", metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			if !nodeutil.NodeReady(n) {
+				return fmt.Errorf("node not Ready: %+v", n.Status.Conditions)
+			}
+			return nil
+		})
+		pod := &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: "on-hosted-metal"},
+			Spec: corev1.PodSpec{NodeName: "hosted-metal", Containers: []corev1.Container{{
+				Name: "app", Image: image.DemoServer.Ref(nodeReg),
+			}}},
+		}
+		if _, err := tcs.CoreV1().Pods("default").Create(t.Context(), pod, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		testenv.Eventually(t, 2*time.Minute, "the pod Running on the joined host", func() error {
+			p, err := tcs.CoreV1().Pods("default").Get(t.Context(), pod.Name, metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			if p.Status.Phase != corev1.PodRunning || p.Status.PodIP == "" {
+				return fmt.Errorf("phase %s, IP %q", p.Status.Phase, p.Status.PodIP)
+			}
+			if !strings.HasPrefix(p.Status.PodIP, "10.200.") {
+				t.Errorf("pod IP %s is not in hosted-a's pod range %s", p.Status.PodIP, podCIDRs["hosted-a"])
+			}
+			return nil
+		})
+	})
+	t.Run("deleting a cluster removes everything it owned", func(t *testing.T) {
+		for name := range clusters {
+			if err := c.Delete(t.Context(), &fkev1.Cluster{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name}}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for name := range clusters {
+			testenv.Eventually(t, 4*time.Minute, name+" and its namespace gone", func() error {
+				if err := c.Get(t.Context(), client.ObjectKey{Namespace: "default", Name: name}, &fkev1.Cluster{}); !apierrors.IsNotFound(err) {
+					return fmt.Errorf("cluster still there (%v)", err)
+				}
+				if err := c.Get(t.Context(), client.ObjectKey{Name: hosted.Namespace("default/" + name)}, &corev1.Namespace{}); !apierrors.IsNotFound(err) {
+					return fmt.Errorf("namespace still there (%v)", err)
+				}
+				for _, s := range []string{cluster.KubeconfigSecretName(name), cluster.PKISecretName(name)} {
+					if err := c.Get(t.Context(), client.ObjectKey{Namespace: "default", Name: s}, &corev1.Secret{}); !apierrors.IsNotFound(err) {
+						return fmt.Errorf("secret %s still there (%v)", s, err)
+					}
+				}
+				return nil
+			})
+		}
+	})
+}

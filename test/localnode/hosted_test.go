@@ -1,0 +1,295 @@
+package localnode
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"fke.dev/fke/internal/controlplane"
+	"fke.dev/fke/internal/controlplane/hosted"
+	"fke.dev/fke/internal/manager"
+	"fke.dev/fke/internal/pki"
+	"fke.dev/fke/test/testenv"
+)
+
+// TestHostedRuntime: an fke cluster with a local node is the management
+// cluster, and the hosted runtime runs two tenant control planes in it at
+// once, one with a dedicated etcd and one in the shared etcd. Each serves
+// its own admin; neither tenant's credentials open the other's API or
+// etcd keys; killing an API server pod leaves the API answering through
+// the other replica; deleting a control plane removes its namespace and
+// its keys, user and role in the shared etcd.
+func TestHostedRuntime(t *testing.T) {
+	requireNodeTools(t)
+	e := upForLocalNodes(t)
+	e.MustRun("cluster", "create", "mgmt", "--wait", "--metrics-server=false", "--gpu-metrics=false")
+	e.WaitSystemImages()
+	e.MustRun("nodepool", "create", "mgmt/cpu", "--provider", "local", "--instance-type", "cpu-small", "--replicas", "1")
+	cs := e.Tenant("mgmt")
+	waitReadyLocalNode(t, cs)
+
+	registry := pushControlPlane(t, e)
+
+	scheme, err := manager.Scheme()
+	if err != nil {
+		t.Fatal(err)
+	}
+	mgmt, err := client.New(e.TenantConfig("mgmt"), client.Options{Scheme: scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rt, err := hosted.New(hosted.Options{Client: mgmt, Registry: registry})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			dumpHosted(t, cs)
+		}
+	})
+
+	// Both control planes at once, as a manager reconciles two new
+	// Clusters; each is polled as the cluster controller does.
+	keys := map[string]string{hosted.Dedicated: "team-a/dedicated", hosted.Shared: "team-b/shared"}
+	planes := map[string]*testenv.HostedPlane{}
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	ctx, cancel := context.WithTimeout(t.Context(), 8*time.Minute)
+	defer cancel()
+	for ds, key := range keys {
+		wg.Go(func() {
+			p, err := testenv.CreateHostedPlane(ctx, rt, key, ds)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			mu.Lock()
+			planes[ds] = p
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	if t.Failed() {
+		t.FailNow()
+	}
+	for _, p := range planes {
+		t.Logf("FIGURE hosted control plane (%s etcd) create -> /readyz: %s", p.Datastore, p.Ready.Round(10*time.Millisecond))
+	}
+	a, b := planes[hosted.Dedicated], planes[hosted.Shared]
+
+	t.Run("each tenant serves its own admin and keeps its own objects", func(t *testing.T) {
+		for _, p := range planes {
+			cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "owner"}, Data: map[string]string{"key": p.Key}}
+			if _, err := p.Clientset.CoreV1().ConfigMaps("default").Create(t.Context(), cm, metav1.CreateOptions{}); err != nil {
+				t.Fatalf("%s: %v", p.Key, err)
+			}
+		}
+		for _, p := range planes {
+			got, err := p.Clientset.CoreV1().ConfigMaps("default").Get(t.Context(), "owner", metav1.GetOptions{})
+			if err != nil || got.Data["key"] != p.Key {
+				t.Errorf("%s reads %v, %v", p.Key, got.Data, err)
+			}
+		}
+	})
+	t.Run("credentials of one tenant open nothing of the other", func(t *testing.T) {
+		cfg := rest.CopyConfig(b.Config)
+		cfg.TLSClientConfig.CertData, cfg.TLSClientConfig.KeyData = a.Bundle[pki.AdminCertFile], a.Bundle[pki.AdminKeyFile]
+		other := kubernetes.NewForConfigOrDie(cfg)
+		if _, err := other.CoreV1().ConfigMaps("default").Get(t.Context(), "owner", metav1.GetOptions{}); !apierrors.IsUnauthorized(err) {
+			t.Errorf("%s's admin against %s: %v, want 401 Unauthorized", a.Key, b.Key, err)
+		}
+		// b's etcd user reads its own prefix and nothing else.
+		own := sharedEtcdClient(t, mgmt, hostedSecret(t, mgmt, b))
+		ns := hosted.Namespace(b.Key)
+		if resp, err := own.Get(t.Context(), hosted.Prefix(ns)+"/", clientv3.WithPrefix(), clientv3.WithCountOnly()); err != nil || resp.Count == 0 {
+			t.Errorf("%s reads its own prefix: %v keys, %v", b.Key, resp, err)
+		}
+		for _, key := range []string{"/fke/fke-team-c-other/registry/", "/registry/", "/"} {
+			if _, err := own.Get(t.Context(), key, clientv3.WithPrefix()); !errors.Is(err, rpctypes.ErrPermissionDenied) {
+				t.Errorf("%s reads %s: %v, want permission denied", b.Key, key, err)
+			}
+		}
+		// a's etcd credentials come from its own etcd CA: the shared etcd
+		// refuses the handshake.
+		sec := hostedSecret(t, mgmt, a)
+		if _, err := sharedEtcdClient(t, mgmt, sec).Get(t.Context(), "/fke/", clientv3.WithPrefix()); err == nil {
+			t.Errorf("the shared etcd answers %s's etcd client certificate", a.Key)
+		}
+	})
+	t.Run("the API answers through the other replica while one API server pod is killed", func(t *testing.T) {
+		for _, p := range planes {
+			pods, err := cs.CoreV1().Pods(hosted.Namespace(p.Key)).List(t.Context(), metav1.ListOptions{LabelSelector: hosted.LabelComponent + "=" + controlplane.APIServer})
+			if err != nil || len(pods.Items) < 2 {
+				t.Fatalf("%s: %d API server pods, %v; want 2", p.Key, len(pods.Items), err)
+			}
+			probe, err := testenv.ProbeAPI(p.Config, "/api/v1/namespaces/default", 100*time.Millisecond)
+			if err != nil {
+				t.Fatal(err)
+			}
+			victim := pods.Items[0].Name
+			if err := cs.CoreV1().Pods(hosted.Namespace(p.Key)).Delete(t.Context(), victim, metav1.DeleteOptions{GracePeriodSeconds: new(int64)}); err != nil {
+				t.Fatal(err)
+			}
+			// Until its replacement serves.
+			waitAPIServers(t, cs, p.Key, victim)
+			gap, summary := probe.Stop()
+			t.Logf("FIGURE %s: API server pod killed -> replaced: %s", p.Key, summary)
+			if gap > 5*time.Second {
+				t.Errorf("%s went unanswered for %s while one of two API servers was killed", p.Key, gap)
+			}
+		}
+	})
+	t.Run("deleting a control plane removes its namespace and its shared etcd user", func(t *testing.T) {
+		for _, p := range planes {
+			if err := rt.Delete(t.Context(), p.Key); err != nil {
+				t.Fatalf("%s: %v", p.Key, err)
+			}
+			if err := mgmt.Get(t.Context(), client.ObjectKey{Name: hosted.Namespace(p.Key)}, &corev1.Namespace{}); !apierrors.IsNotFound(err) {
+				t.Errorf("%s: namespace still there: %v", p.Key, err)
+			}
+			if st, err := rt.Status(t.Context(), p.Key); err != nil || len(st.Components) != 0 {
+				t.Errorf("%s: status after delete %+v, %v", p.Key, st, err)
+			}
+		}
+		root := sharedEtcdClient(t, mgmt, rootSecret(t, mgmt))
+		ns := hosted.Namespace(b.Key)
+		if resp, err := root.Get(t.Context(), hosted.Prefix(ns)+"/", clientv3.WithPrefix(), clientv3.WithCountOnly()); err != nil || resp.Count != 0 {
+			t.Errorf("%s's keys left in the shared etcd: %v, %v", b.Key, resp, err)
+		}
+		if _, err := root.UserGet(t.Context(), ns); !errors.Is(err, rpctypes.ErrUserNotFound) {
+			t.Errorf("%s's etcd user left: %v", b.Key, err)
+		}
+		if _, err := root.RoleGet(t.Context(), ns); !errors.Is(err, rpctypes.ErrRoleNotFound) {
+			t.Errorf("%s's etcd role left: %v", b.Key, err)
+		}
+	})
+}
+
+// pushControlPlane pushes the hosted runtime's images to fke's registry
+// and returns the registry the management cluster's nodes pull them from.
+func pushControlPlane(t *testing.T, e *testenv.Env) string {
+	t.Helper()
+	start := time.Now()
+	out := e.MustRun("image", "push-control-plane")
+	m := regexp.MustCompile(`--hosted-registry=(\S+)`).FindStringSubmatch(out)
+	if m == nil {
+		t.Fatalf("push-control-plane printed no registry:\n%s", out)
+	}
+	t.Logf("FIGURE build and push the control-plane images: %s", time.Since(start).Round(10*time.Millisecond))
+	return m[1]
+}
+
+// hostedSecret is the Secret of p's components.
+func hostedSecret(t *testing.T, c client.Client, p *testenv.HostedPlane) *corev1.Secret {
+	t.Helper()
+	s := &corev1.Secret{}
+	if err := c.Get(t.Context(), client.ObjectKey{Namespace: hosted.Namespace(p.Key), Name: hosted.SecretName}, s); err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// rootSecret holds the shared etcd's root pair, as datastore-client files.
+func rootSecret(t *testing.T, c client.Client) *corev1.Secret {
+	t.Helper()
+	s := &corev1.Secret{}
+	if err := c.Get(t.Context(), client.ObjectKey{Namespace: manager.DefaultSystemNamespace, Name: hosted.SharedEtcdSecret}, s); err != nil {
+		t.Fatal(err)
+	}
+	return &corev1.Secret{Data: map[string][]byte{"datastore-client.crt": s.Data["root.crt"], "datastore-client.key": s.Data["root.key"]}}
+}
+
+// sharedEtcdClient connects to the shared etcd's members at their pod
+// addresses, trusting its CA, presenting secret's datastore-client pair.
+func sharedEtcdClient(t *testing.T, c client.Client, secret *corev1.Secret) *clientv3.Client {
+	t.Helper()
+	ca := &corev1.Secret{}
+	if err := c.Get(t.Context(), client.ObjectKey{Namespace: manager.DefaultSystemNamespace, Name: hosted.SharedEtcdSecret}, ca); err != nil {
+		t.Fatal(err)
+	}
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(ca.Data[pki.EtcdCACertFile])
+	pair, err := tls.X509KeyPair(secret.Data["datastore-client.crt"], secret.Data["datastore-client.key"])
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pods corev1.PodList
+	if err := c.List(t.Context(), &pods, client.InNamespace(manager.DefaultSystemNamespace), client.MatchingLabels{hosted.LabelComponent: hosted.SharedEtcdName}); err != nil {
+		t.Fatal(err)
+	}
+	var eps []string
+	for _, p := range pods.Items {
+		if p.Status.PodIP != "" {
+			eps = append(eps, "https://"+p.Status.PodIP+":2379")
+		}
+	}
+	cli, err := clientv3.New(clientv3.Config{
+		Endpoints: eps, DialTimeout: 5 * time.Second, Logger: zap.NewNop(),
+		TLS: hosted.TLSByName(pool, pair, hosted.SharedEtcdName+"."+manager.DefaultSystemNamespace+".svc"),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cli.Close() })
+	return cli
+}
+
+// waitAPIServers waits until key's API server Deployment has two ready
+// pods again, none of them gone.
+func waitAPIServers(t *testing.T, cs kubernetes.Interface, key, gone string) {
+	t.Helper()
+	testenv.Eventually(t, 3*time.Minute, key+"'s two API servers", func() error {
+		pods, err := cs.CoreV1().Pods(hosted.Namespace(key)).List(t.Context(), metav1.ListOptions{LabelSelector: hosted.LabelComponent + "=" + controlplane.APIServer})
+		if err != nil {
+			return err
+		}
+		ready := 0
+		for _, p := range pods.Items {
+			if p.Name != gone && podReady(&p) {
+				ready++
+			}
+		}
+		if ready < 2 {
+			return fmt.Errorf("%d ready API server pods", ready)
+		}
+		return nil
+	})
+}
+
+// dumpHosted logs the hosted namespaces' pods and their last log lines.
+func dumpHosted(t *testing.T, cs kubernetes.Interface) {
+	nss, err := cs.CoreV1().Namespaces().List(context.Background(), metav1.ListOptions{})
+	if err != nil {
+		t.Logf("listing namespaces: %v", err)
+		return
+	}
+	for _, ns := range nss.Items {
+		if !strings.HasPrefix(ns.Name, "fke-") {
+			continue
+		}
+		pods, _ := cs.CoreV1().Pods(ns.Name).List(context.Background(), metav1.ListOptions{})
+		for _, p := range pods.Items {
+			t.Logf("%s/%s: %s ready=%v", ns.Name, p.Name, p.Status.Phase, podReady(&p))
+			tail := int64(15)
+			logs, _ := cs.CoreV1().Pods(ns.Name).GetLogs(p.Name, &corev1.PodLogOptions{TailLines: &tail}).DoRaw(context.Background())
+			t.Logf("%s", logs)
+		}
+	}
+}
