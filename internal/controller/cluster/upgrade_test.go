@@ -84,7 +84,7 @@ func TestUpgradeStepRecordsTheVersion(t *testing.T) {
 	}
 	cl.Status.ControlPlane = componentVersions(st)
 	rt := &upgradeRuntime{}
-	r := &Reconciler{Runtime: rt, Recorder: events.NewFakeRecorder(10)}
+	r := &Reconciler{Runtimes: map[fkev1.ControlPlaneRuntime]controlplane.Runtime{fkev1.RuntimeLocal: rt}, Recorder: events.NewFakeRecorder(10)}
 	if _, handled := r.reconcileUpgrade(context.Background(), cl, controlplane.Spec{}, st, nil, func() {}); !handled {
 		t.Fatal("no step taken")
 	}
