@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os"
+	"path/filepath"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -18,6 +20,7 @@ import (
 
 	fkev1 "fke.dev/fke/api/v1alpha1"
 	"fke.dev/fke/internal/nodeprovider/kwok"
+	"fke.dev/fke/test/s3server"
 	"fke.dev/fke/test/testenv"
 )
 
@@ -77,7 +80,59 @@ func BenchmarkBackupRestore(b *testing.B) {
 		b.ReportMetric(float64(last.Size)/1e6, "MB-snapshot")
 		b.ReportMetric(ready.Seconds(), "s-restore-ready")
 		b.Logf("%d ConfigMaps: snapshot %s (%.1f MB, CLI request to recorded), restore -> Ready %s", objects, snapTime.Round(time.Millisecond), float64(last.Size)/1e6, ready.Round(time.Millisecond))
+
+		s3Snap, s3Ready := backupRestoreS3(b, e, "big", fmt.Sprintf("s3-copy-%d", i))
+		b.ReportMetric(s3Snap.Seconds(), "s-snapshot-s3")
+		b.ReportMetric(s3Ready.Seconds(), "s-restore-s3-ready")
+		b.Logf("with an S3 store on loopback: snapshot and upload %s, restore from the store (local copy removed) -> Ready %s", s3Snap.Round(time.Millisecond), s3Ready.Round(time.Millisecond))
 	}
+}
+
+// backupRestoreS3 turns on an S3 store (test/s3server on loopback) for
+// cluster src, and measures `fke cluster backup` (the snapshot and its
+// upload) and a restore from the store into cluster dst once the local
+// copy is removed; it turns the store off again.
+func backupRestoreS3(b *testing.B, e *testenv.Env, src, dst string) (snapshot, restore time.Duration) {
+	ctx := context.Background()
+	srv := s3server.Start(b, "bench")
+	if err := e.Client().Create(ctx, srv.Secret("default", "s3-"+dst, srv.SecretAccessKey)); err != nil {
+		b.Fatal(err)
+	}
+	cl := e.Cluster(src)
+	patch := client.MergeFrom(cl.DeepCopy())
+	cl.Spec.Backup = &fkev1.ClusterBackup{S3: srv.Store("bench", "s3-"+dst)}
+	if err := e.Client().Patch(ctx, cl, patch); err != nil {
+		b.Fatal(err)
+	}
+	defer func() {
+		cl := e.Cluster(src)
+		patch := client.MergeFrom(cl.DeepCopy())
+		cl.Spec.Backup = nil
+		if err := e.Client().Patch(ctx, cl, patch); err != nil {
+			b.Error(err)
+		}
+	}()
+	start := time.Now()
+	e.MustRun("cluster", "backup", src)
+	snapshot = time.Since(start)
+	var records []fkev1.BackupRecord
+	if err := json.Unmarshal([]byte(e.MustRun("cluster", "backups", src, "-o", "json")), &records); err != nil || len(records) == 0 {
+		b.Fatalf("backups: %v", err)
+	}
+	last := records[len(records)-1].Name
+	for _, ext := range []string{".db", ".json"} {
+		if err := os.Remove(filepath.Join(e.DataDir, "backups", "default", src, last+ext)); err != nil {
+			b.Fatal(err)
+		}
+	}
+	start = time.Now()
+	e.MustRun("cluster", "restore", dst, "--from", src+"/"+last, "--wait")
+	restore = time.Since(start)
+	list, err := e.Tenant(dst).CoreV1().ConfigMaps("default").List(ctx, metav1.ListOptions{ResourceVersion: "0"})
+	if err != nil || len(list.Items) < 10000 {
+		b.Fatalf("the cluster restored from the store lists %d ConfigMaps (%v)", len(list.Items), err)
+	}
+	return snapshot, restore
 }
 
 // BenchmarkNodeRepairKwok: one of 10 kwok nodes reports NotReady; the time

@@ -145,7 +145,86 @@ type ClusterBackup struct {
 	// +kubebuilder:validation:Maximum=1000
 	// +optional
 	Retain int32 `json:"retain,omitempty"`
+	// S3 keeps a copy of each snapshot in a bucket of an S3-compatible
+	// object store (AWS S3, MinIO, Ceph RGW, ...): once a snapshot is taken
+	// and checked, its data and checksum are uploaded, and retain prunes
+	// the bucket too. Snapshots restore from there when the local copy is
+	// gone.
+	// +optional
+	S3 *S3Store `json:"s3,omitempty"`
 }
+
+// S3Store is a bucket of an S3-compatible object store. A cluster's
+// snapshots are the objects <prefix>/<namespace>/<cluster>/<snapshot>.db
+// and .json (time, size, SHA-256, revision).
+// +kubebuilder:validation:XValidation:rule="!(has(self.insecureSkipTLSVerify) && self.insecureSkipTLSVerify && has(self.caBundle))",message="set caBundle (to trust the store's certificate) or insecureSkipTLSVerify (to not check it), not both"
+type S3Store struct {
+	// Endpoint is the store's URL, scheme and host (and port) only:
+	// https://s3.eu-west-1.amazonaws.com, or http://127.0.0.1:9000 for a
+	// store without TLS.
+	// +kubebuilder:validation:MaxLength=512
+	// +kubebuilder:validation:XValidation:rule="isURL(self) && url(self).getScheme() in ['http', 'https'] && url(self).getHostname() != '' && url(self).getEscapedPath() in ['', '/'] && size(url(self).getQuery()) == 0",message="endpoint must be the store's http:// or https:// URL without a path or query, such as https://s3.us-east-1.amazonaws.com or http://127.0.0.1:9000"
+	Endpoint string `json:"endpoint"`
+	// Bucket is the bucket the snapshots go to; it must exist (fke does
+	// not create it).
+	// +kubebuilder:validation:MinLength=3
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:XValidation:rule="self.matches('^[a-z0-9][a-z0-9.-]*[a-z0-9]$') && !self.contains('..')",message="bucket must be a valid S3 bucket name: 3-63 lowercase letters, digits, dots and hyphens, beginning and ending with a letter or digit"
+	Bucket string `json:"bucket"`
+	// Prefix is put before <namespace>/<cluster>/ in the snapshots' keys;
+	// default "fke". Clusters sharing a bucket and prefix never share a
+	// folder.
+	// +kubebuilder:validation:MaxLength=256
+	// +kubebuilder:validation:XValidation:rule="!self.startsWith('/') && !self.endsWith('/') && !self.contains('//') && !self.split('/').exists(p, p == '.' || p == '..')",message="prefix is a relative key prefix such as backups/fke: no leading or trailing '/', no empty, '.' or '..' parts"
+	// +optional
+	Prefix string `json:"prefix,omitempty"`
+	// Region is the store's region, used to sign requests; default us-east-1.
+	// +kubebuilder:validation:MaxLength=64
+	// +kubebuilder:validation:Pattern=`^[a-z0-9-]+$`
+	// +optional
+	Region string `json:"region,omitempty"`
+	// SecretRef names a Secret in the cluster's namespace that holds the
+	// store's credentials: keys "accessKeyID" and "secretAccessKey" (and
+	// "sessionToken" for temporary credentials). Credentials are never
+	// written in the Cluster itself.
+	SecretRef LocalObjectReference `json:"secretRef"`
+	// CABundle is PEM certificates of the authorities that sign the store's
+	// serving certificate, trusted besides the system's (an https endpoint
+	// with a private CA).
+	// +kubebuilder:validation:MaxLength=65536
+	// +optional
+	CABundle []byte `json:"caBundle,omitempty"`
+	// InsecureSkipTLSVerify does not check the store's certificate (for
+	// tests only: anyone on the path can read and change the snapshots).
+	// +optional
+	InsecureSkipTLSVerify bool `json:"insecureSkipTLSVerify,omitempty"`
+}
+
+// S3DefaultPrefix and S3DefaultRegion are what an S3Store without prefix
+// or region uses.
+const (
+	S3DefaultPrefix = "fke"
+	S3DefaultRegion = "us-east-1"
+)
+
+// Keys of the Secret an S3Store's secretRef names.
+const (
+	S3AccessKeyIDKey     = "accessKeyID"
+	S3SecretAccessKeyKey = "secretAccessKey"
+	// S3SessionTokenKey is optional (temporary credentials).
+	S3SessionTokenKey = "sessionToken"
+)
+
+// BackupLocation is where a copy of a snapshot is kept.
+// +kubebuilder:validation:Enum=local;s3
+type BackupLocation string
+
+const (
+	// BackupLocal: the management plane's data directory.
+	BackupLocal BackupLocation = "local"
+	// BackupS3: the S3-compatible store of spec.backup.s3.
+	BackupS3 BackupLocation = "s3"
+)
 
 // ClusterRestore names the snapshot a cluster is restored from.
 type ClusterRestore struct {
@@ -169,6 +248,11 @@ type BackupRecord struct {
 	SHA256 string `json:"sha256"`
 	// Revision is the etcd revision it holds.
 	Revision int64 `json:"revision,omitempty"`
+	// Locations are where a copy is kept: local (the data directory), s3
+	// (the store of spec.backup.s3), or both.
+	// +listType=set
+	// +optional
+	Locations []BackupLocation `json:"locations,omitempty"`
 }
 
 // ClusterNetwork holds the address ranges of a cluster. Pod and Service
@@ -380,7 +464,8 @@ type ClusterStatus struct {
 	// RestoreRequest is the last fke.dev/restore-in-place value handled.
 	// +optional
 	RestoreRequest string `json:"restoreRequest,omitempty"`
-	// Conditions: ControlPlaneReady, AddonsReady, Ready, BackupSucceeded.
+	// Conditions: ControlPlaneReady, AddonsReady, Ready, BackupSucceeded,
+	// BackupUploaded, Upgrading, Restored.
 	// +listType=map
 	// +listMapKey=type
 	// +optional

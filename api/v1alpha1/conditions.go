@@ -21,6 +21,12 @@ const (
 	ConditionRestored = "Restored"
 	// ConditionBackupSucceeded says whether a Cluster's last etcd snapshot worked.
 	ConditionBackupSucceeded = "BackupSucceeded"
+	// ConditionBackupUploaded says whether a Cluster's snapshots reached the
+	// S3-compatible store of spec.backup.s3 (reasons Uploaded, UploadFailed);
+	// absent without a store. A failed upload leaves BackupSucceeded as it
+	// is (the local snapshot is kept) and is tried again with the next
+	// snapshot.
+	ConditionBackupUploaded = "BackupUploaded"
 	// ConditionRepairing is True on a Machine that auto-repair replaces; the
 	// reason says why (NodeStartupTimeout, NodeNotReady, GPUUnhealthy).
 	ConditionRepairing = "Repairing"
@@ -58,6 +64,11 @@ const (
 	ReasonGPUAgentFailed = "GPUAgentFailed"
 	// ReasonProvisionFailed: the provider failed to make the instance.
 	ReasonProvisionFailed = "ProvisionFailed"
+	// ReasonUploaded: every snapshot kept is in the S3-compatible store.
+	ReasonUploaded = "Uploaded"
+	// ReasonUploadFailed: copying snapshots to (or pruning) the
+	// S3-compatible store failed; the local snapshots are kept.
+	ReasonUploadFailed = "UploadFailed"
 	// ReasonUpgraded: every control-plane component runs spec.version.
 	ReasonUpgraded = "Upgraded"
 	// ReasonUpgradeFailed: an upgrade step failed; the cluster serves at the

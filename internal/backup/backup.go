@@ -148,7 +148,7 @@ var ErrChecksum = errors.New("snapshot does not match its checksum")
 // Verify checks snapshot name of d against its checksum and size and
 // returns it.
 func Verify(d Dir, name string) (Snapshot, error) {
-	if name == "" || strings.ContainsAny(name, `/\`) || strings.HasPrefix(name, ".") {
+	if !validName(name) {
 		return Snapshot{}, fmt.Errorf("snapshot name %q: not a snapshot name", name)
 	}
 	s, err := read(d, name)

@@ -71,6 +71,18 @@ func newClusterBackupCmd(g *globals) *cobra.Command {
 				return err
 			}
 			fmt.Fprintln(g.out, cond)
+			if b := cl.Spec.Backup; b == nil || b.S3 == nil {
+				return nil
+			}
+			// Set with the snapshot, in the same status update.
+			up := meta.FindStatusCondition(cl.Status.Conditions, fkev1.ConditionBackupUploaded)
+			switch {
+			case up == nil:
+				return fmt.Errorf("the snapshot was taken, but fke-manager did not say whether it reached the S3 store (see `fke cluster get %s`)", args[0])
+			case up.Status != metav1.ConditionTrue:
+				return fmt.Errorf("%s", up.Message)
+			}
+			fmt.Fprintln(g.out, up.Message)
 			return nil
 		},
 	}
@@ -101,15 +113,33 @@ func newClusterBackupsCmd(g *globals) *cobra.Command {
 				return nil
 			}
 			tw := tabwriter.NewWriter(g.out, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "SNAPSHOT\tTAKEN\tSIZE\tREVISION\tSHA256")
+			fmt.Fprintln(tw, "SNAPSHOT\tTAKEN\tSIZE\tREVISION\tSHA256\tWHERE")
 			for _, b := range cl.Status.Backups {
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\n", b.Name, b.Time.UTC().Format(time.RFC3339), humanBytes(b.Size), b.Revision, b.SHA256[:min(16, len(b.SHA256))])
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\n", b.Name, b.Time.UTC().Format(time.RFC3339), humanBytes(b.Size), b.Revision, b.SHA256[:min(16, len(b.SHA256))], backupWhere(b.Locations))
 			}
-			return tw.Flush()
+			if err := tw.Flush(); err != nil {
+				return err
+			}
+			if c := meta.FindStatusCondition(cl.Status.Conditions, fkev1.ConditionBackupUploaded); c != nil && c.Status != metav1.ConditionTrue {
+				fmt.Fprintf(g.errOut, "warning: %s\n", c.Message)
+			}
+			return nil
 		},
 	}
 	cmd.Flags().StringVarP(&output, "output", "o", "", "output format: yaml or json")
 	return cmd
+}
+
+// backupWhere is the WHERE column: local, s3 (spec.backup.s3), or both.
+func backupWhere(locs []fkev1.BackupLocation) string {
+	if len(locs) == 0 {
+		return string(fkev1.BackupLocal) // recorded before snapshots had locations
+	}
+	var out []string
+	for _, l := range locs {
+		out = append(out, string(l))
+	}
+	return strings.Join(out, ",")
 }
 
 // humanBytes writes n in B, KiB, MiB or GiB.

@@ -3,18 +3,21 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	fkev1 "fke.dev/fke/api/v1alpha1"
+	"fke.dev/fke/internal/manager"
 	"fke.dev/fke/internal/versions"
 	"fke.dev/fke/test/testenv"
 )
@@ -212,4 +215,145 @@ func TestClusterUpgrade(t *testing.T) {
 			t.Errorf("cluster later, whose window opens in 6 h, moved: spec.version %s, upgrade %+v", cl.Spec.Version, cl.Status.Upgrade)
 		}
 	})
+
+	t.Run("a manager killed in the middle of an upgrade finishes it once restarted", func(t *testing.T) {
+		upgradeAcrossManagerRestart(t, e, "later", old, cur)
+	})
+}
+
+// upgradeAcrossManagerRestart upgrades cluster name from old to cur and
+// kills fke-manager (SIGKILL) once the API server runs cur and the other
+// components do not yet. The daemon starts the manager again; the upgrade
+// must then finish where it stopped: every component at cur, the
+// Upgrading condition over, one upgrade (same start and snapshot, one
+// snapshot taken, the API server upgraded once) and the data intact.
+func upgradeAcrossManagerRestart(t *testing.T, e *testenv.Env, name, old, cur string) {
+	ctx := context.Background()
+	cs := e.Tenant(name)
+	for i := range 10 {
+		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("restart-%d", i)}, Data: map[string]string{"i": fmt.Sprint(i)}}
+		if _, err := cs.CoreV1().ConfigMaps("default").Create(ctx, cm, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	scheme, err := manager.Scheme()
+	if err != nil {
+		t.Fatal(err)
+	}
+	wc, err := client.NewWithWatch(e.ManagementConfig(), client.Options{Scheme: scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := wc.Watch(ctx, &fkev1.ClusterList{}, client.InNamespace("default"), client.MatchingFields{"metadata.name": name})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+
+	cl := e.Cluster(name)
+	patch := client.MergeFrom(cl.DeepCopy())
+	cl.Spec.Version = cur // what `fke cluster upgrade` does
+	if err := e.Client().Patch(ctx, cl, patch); err != nil {
+		t.Fatal(err)
+	}
+	running := func(cl *fkev1.Cluster, component string) string {
+		for _, c := range cl.Status.ControlPlane {
+			if c.Name == component {
+				return c.Version
+			}
+		}
+		return ""
+	}
+	var before fkev1.UpgradeStatus
+	deadline := time.After(2 * time.Minute)
+	for before.To == "" {
+		select {
+		case ev, ok := <-w.ResultChan():
+			if !ok {
+				t.Fatal("the watch of the cluster ended")
+			}
+			c, isCluster := ev.Object.(*fkev1.Cluster)
+			if !isCluster || c.Status.Upgrade == nil || c.Status.Upgrade.To != cur {
+				continue
+			}
+			if c.Status.Upgrade.CompletionTime != nil {
+				t.Fatalf("the upgrade finished before the manager could be killed: %+v", c.Status.Upgrade)
+			}
+			if running(c, "kube-apiserver") == cur && running(c, "kube-controller-manager") == old {
+				before = *c.Status.Upgrade
+			}
+		case <-deadline:
+			t.Fatalf("the API server of %s was not upgraded within 2 minutes: %+v", name, e.Cluster(name).Status)
+		}
+	}
+	killed := testenv.KillPID(t, e.ComponentPID("fke-manager"))
+	t.Logf("fke-manager killed at step %s (%s)", before.Step, before.Message)
+
+	var cl2 *fkev1.Cluster
+	testenv.Eventually(t, 3*time.Minute, "the upgrade finished after the manager restart", func() error {
+		cl2 = e.Cluster(name)
+		up := cl2.Status.Upgrade
+		if up == nil || up.CompletionTime == nil {
+			return fmt.Errorf("upgrade %+v", up)
+		}
+		for _, c := range cl2.Status.ControlPlane {
+			if c.Name != "etcd" && (c.Version != cur || !c.Ready) {
+				return fmt.Errorf("%s runs %q (ready %t)", c.Name, c.Version, c.Ready)
+			}
+		}
+		return nil
+	})
+	t.Logf("FIGURE upgrade finished %.1fs after fke-manager was killed", time.Since(killed).Seconds())
+	up := cl2.Status.Upgrade
+	if up.From != old || up.To != cur || !up.StartTime.Equal(&before.StartTime) || up.Snapshot != before.Snapshot {
+		t.Errorf("status.upgrade %+v is not the upgrade that was under way (%+v)", up, before)
+	}
+	if c := meta.FindStatusCondition(cl2.Status.Conditions, fkev1.ConditionUpgrading); c == nil || c.Status != metav1.ConditionFalse || c.Reason != fkev1.ReasonUpgraded {
+		t.Errorf("Upgrading condition: %+v", c)
+	}
+	// Each step once: one snapshot, one start, the API server upgraded once.
+	if snaps, _ := filepath.Glob(filepath.Join(e.DataDir, "backups", "default", name, "*.db")); len(snaps) != 1 {
+		t.Errorf("%d snapshots of %s, want the one taken before the upgrade", len(snaps), name)
+	}
+	var evs eventsv1.EventList
+	if err := e.Client().List(ctx, &evs, client.InNamespace("default")); err != nil {
+		t.Fatal(err)
+	}
+	count := map[string]int{}
+	for _, ev := range evs.Items {
+		if ev.Regarding.Name != name {
+			continue
+		}
+		n := 1
+		if ev.Series != nil {
+			n = int(ev.Series.Count)
+		}
+		switch {
+		case ev.Reason == "UpgradeStarted", ev.Reason == "SnapshotTaken":
+			count[ev.Reason] += n
+		case ev.Reason == "ComponentUpgraded":
+			count[strings.Fields(ev.Note)[0]] += n
+		}
+	}
+	for _, what := range []string{"UpgradeStarted", "SnapshotTaken", "kube-apiserver", "kube-controller-manager", "kube-scheduler"} {
+		if count[what] != 1 {
+			t.Errorf("%s: %d times, want once (events: %v)", what, count[what], count)
+		}
+	}
+	testenv.Eventually(t, time.Minute, "the tenant API serving "+cur, func() error {
+		v, err := cs.Discovery().ServerVersion()
+		if err != nil {
+			return err
+		}
+		if v.GitVersion != cur {
+			return fmt.Errorf("the API server reports %s", v.GitVersion)
+		}
+		return nil
+	})
+	for i := range 10 {
+		cm, err := cs.CoreV1().ConfigMaps("default").Get(ctx, fmt.Sprintf("restart-%d", i), metav1.GetOptions{})
+		if err != nil || cm.Data["i"] != fmt.Sprint(i) {
+			t.Errorf("ConfigMap restart-%d after the upgrade: %v, %v", i, cm, err)
+		}
+	}
 }

@@ -77,6 +77,12 @@ func TestAPIRejectsBadObjects(t *testing.T) {
 		{"maintenance start not HH:MM", cluster("ms", func(c *fkev1.Cluster) {
 			c.Spec.Maintenance = &fkev1.MaintenanceWindow{Start: "25:00", Duration: metav1.Duration{Duration: time.Hour}}
 		}), "spec.maintenance.start"},
+		{"backups to S3 without credentials", cluster("s3c", func(c *fkev1.Cluster) {
+			c.Spec.Backup = &fkev1.ClusterBackup{S3: &fkev1.S3Store{Endpoint: "https://s3.example.com", Bucket: "snapshots"}}
+		}), "spec.backup.s3.secretRef.name"},
+		{"backups to an S3 endpoint with a path", cluster("s3e", func(c *fkev1.Cluster) {
+			c.Spec.Backup = &fkev1.ClusterBackup{S3: &fkev1.S3Store{Endpoint: "https://s3.example.com/snapshots", Bucket: "snapshots", SecretRef: fkev1.LocalObjectReference{Name: "s3"}}}
+		}), "endpoint must be the store's http:// or https:// URL without a path or query"},
 		{"unknown auto-upgrade policy", cluster("au", func(c *fkev1.Cluster) { c.Spec.AutoUpgrade = "major" }), `Unsupported value: "major"`},
 		{"pool pinned to a malformed version", pool(func(p *fkev1.NodePool) { p.Spec.Version = "1.37" }), "spec.version"},
 		{"min greater than max", pool(func(p *fkev1.NodePool) {

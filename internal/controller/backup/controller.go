@@ -9,6 +9,7 @@ import (
 	"context"
 	"fmt"
 	"path/filepath"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -69,7 +70,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if b := cl.Spec.Backup; b != nil && b.Schedule != "" {
 		sched, err := backup.ParseSchedule(b.Schedule)
 		if err != nil {
-			return ctrl.Result{}, r.setResult(ctx, cl, requested, nil, err)
+			return ctrl.Result{}, r.setResult(ctx, cl, requested, nil, err, nil)
 		}
 		var last time.Time
 		if n := len(cl.Status.Backups); n > 0 {
@@ -84,13 +85,25 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		return ctrl.Result{RequeueAfter: due.Sub(now)}, nil
 	}
 	snap, err := r.take(ctx, cl, now)
-	if serr := r.setResult(ctx, cl, requested, snap, err); serr != nil {
+	var up *uploadResult
+	if err == nil {
+		up = r.upload(ctx, cl)
+	}
+	if serr := r.setResult(ctx, cl, requested, snap, err, up); serr != nil {
 		return ctrl.Result{}, serr
 	}
 	if err != nil {
 		return ctrl.Result{RequeueAfter: time.Minute}, nil
 	}
 	return ctrl.Result{RequeueAfter: time.Second}, nil
+}
+
+// retain is how many snapshots cl keeps (locally, and in its store).
+func retain(cl *fkev1.Cluster) int {
+	if b := cl.Spec.Backup; b != nil && b.Retain > 0 {
+		return int(b.Retain)
+	}
+	return DefaultRetain
 }
 
 // take snapshots cl's etcd and prunes the old snapshots.
@@ -107,18 +120,42 @@ func (r *Reconciler) take(ctx context.Context, cl *fkev1.Cluster, now time.Time)
 	if err := clustercontroller.EnsureRestoreKeys(ctx, r.Client, cl, pki.Bundle(secret.Data)); err != nil {
 		return &snap, err
 	}
-	retain := DefaultRetain
-	if b := cl.Spec.Backup; b != nil && b.Retain > 0 {
-		retain = int(b.Retain)
-	}
-	if _, err := backup.Prune(dir, retain); err != nil {
+	if _, err := backup.Prune(dir, retain(cl)); err != nil {
 		return &snap, fmt.Errorf("pruning old snapshots: %w", err)
 	}
 	return &snap, nil
 }
 
-// setResult records a snapshot (or why it failed) in cl's status.
-func (r *Reconciler) setResult(ctx context.Context, cl *fkev1.Cluster, requested string, snap *backup.Snapshot, err error) error {
+// uploadResult is what copying the snapshots to the S3 store did.
+type uploadResult struct {
+	where string
+	res   backup.SyncResult
+	err   error
+}
+
+// uploadTimeout bounds one round of uploads and pruning.
+const uploadTimeout = 10 * time.Minute
+
+// upload makes cl's S3 store (none: nil) hold the snapshots kept:
+// those it lacks (a failed upload before included) are uploaded, those
+// beyond retain removed.
+func (r *Reconciler) upload(ctx context.Context, cl *fkev1.Cluster) *uploadResult {
+	if cl.Spec.Backup == nil || cl.Spec.Backup.S3 == nil {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, uploadTimeout)
+	defer cancel()
+	rem, err := clustercontroller.OpenStore(ctx, r.Client, cl.Namespace, cl.Name, cl.Spec.Backup.S3)
+	if err != nil {
+		return &uploadResult{err: err}
+	}
+	res, err := backup.Sync(ctx, rem, ClusterDir(r.Dir, cl.Namespace, cl.Name), retain(cl))
+	return &uploadResult{where: rem.String(), res: res, err: err}
+}
+
+// setResult records a snapshot (or why it failed) and its upload (nil:
+// no store, or no snapshot to upload) in cl's status.
+func (r *Reconciler) setResult(ctx context.Context, cl *fkev1.Cluster, requested string, snap *backup.Snapshot, err error, up *uploadResult) error {
 	before := cl.DeepCopy()
 	cl.Status.BackupRequest = requested
 	cond := metav1.Condition{Type: fkev1.ConditionBackupSucceeded, ObservedGeneration: cl.Generation}
@@ -131,8 +168,19 @@ func (r *Reconciler) setResult(ctx context.Context, cl *fkev1.Cluster, requested
 		r.Recorder.Eventf(cl, nil, corev1.EventTypeNormal, "SnapshotTaken", "Backup", "%s", cond.Message)
 	}
 	meta.SetStatusCondition(&cl.Status.Conditions, cond)
+	var remote []backup.Snapshot
+	remoteKnown := true
+	switch {
+	case cl.Spec.Backup == nil || cl.Spec.Backup.S3 == nil:
+		meta.RemoveStatusCondition(&cl.Status.Conditions, fkev1.ConditionBackupUploaded)
+	case up != nil:
+		remote, remoteKnown = up.res.Remote, up.res.Listed
+		r.setUploaded(cl, up)
+	default:
+		remoteKnown = false
+	}
 	if kept, lerr := backup.List(ClusterDir(r.Dir, cl.Namespace, cl.Name)); lerr == nil {
-		cl.Status.Backups = clustercontroller.BackupRecords(kept)
+		cl.Status.Backups = clustercontroller.BackupRecords(cl.Status.Backups, kept, remote, remoteKnown)
 	}
 	if equality.Semantic.DeepEqual(before.Status, cl.Status) {
 		return nil
@@ -141,4 +189,40 @@ func (r *Reconciler) setResult(ctx context.Context, cl *fkev1.Cluster, requested
 		return fmt.Errorf("recording the snapshot in the cluster's status: %w", perr)
 	}
 	return nil
+}
+
+// setUploaded sets the BackupUploaded condition and says what up did.
+func (r *Reconciler) setUploaded(cl *fkev1.Cluster, up *uploadResult) {
+	cond := metav1.Condition{Type: fkev1.ConditionBackupUploaded, ObservedGeneration: cl.Generation}
+	if up.err != nil {
+		cond.Status, cond.Reason = metav1.ConditionFalse, fkev1.ReasonUploadFailed
+		cond.Message = fmt.Sprintf("copying snapshots to the S3 store failed: %v; the local snapshots are kept, and the upload is tried again with the next snapshot", up.err)
+		r.Recorder.Eventf(cl, nil, corev1.EventTypeWarning, fkev1.ReasonUploadFailed, "Upload", "%s", cond.Message)
+	} else {
+		cond.Status, cond.Reason = metav1.ConditionTrue, fkev1.ReasonUploaded
+		cond.Message = fmt.Sprintf("%d snapshots in %s", len(up.res.Remote), up.where)
+		if n := len(up.res.Uploaded); n > 0 {
+			cond.Message = fmt.Sprintf("snapshot %s uploaded; %s", up.res.Uploaded[n-1], cond.Message)
+		}
+		if len(up.res.Corrupt) > 0 {
+			msg := fmt.Sprintf("local snapshots %s fail their checksum and were not uploaded", orNone(up.res.Corrupt))
+			cond.Message += "; " + msg
+			r.Recorder.Eventf(cl, nil, corev1.EventTypeWarning, "SnapshotCorrupt", "Upload", "%s", msg)
+		}
+		if len(up.res.Uploaded) > 0 || len(up.res.Pruned) > 0 {
+			msg := fmt.Sprintf("uploaded %s to %s", orNone(up.res.Uploaded), up.where)
+			if len(up.res.Pruned) > 0 {
+				msg += fmt.Sprintf("; removed %s from it (beyond retain)", strings.Join(up.res.Pruned, ", "))
+			}
+			r.Recorder.Eventf(cl, nil, corev1.EventTypeNormal, "SnapshotUploaded", "Upload", "%s", msg)
+		}
+	}
+	meta.SetStatusCondition(&cl.Status.Conditions, cond)
+}
+
+func orNone(names []string) string {
+	if len(names) == 0 {
+		return "none"
+	}
+	return strings.Join(names, ", ")
 }

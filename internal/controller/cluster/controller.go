@@ -30,7 +30,6 @@ import (
 
 	fkev1 "fke.dev/fke/api/v1alpha1"
 	"fke.dev/fke/internal/addons"
-	"fke.dev/fke/internal/backup"
 	"fke.dev/fke/internal/bootstrap"
 	"fke.dev/fke/internal/controlplane"
 	"fke.dev/fke/internal/nodeprovider"
@@ -183,15 +182,17 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.
 		return ctrl.Result{}, err
 	}
 	restore := ""
-	if from := cl.Spec.RestoreFrom; from != nil {
-		snap, err := backup.Verify(backup.Dir(filepath.Join(r.BackupDir, cl.Namespace, from.Cluster)), from.Snapshot)
+	// Once the control plane was started, its etcd holds the snapshot's
+	// data: the snapshot may since have been pruned.
+	if from := cl.Spec.RestoreFrom; from != nil && cl.Status.Endpoint == "" {
+		_, path, err := r.restoreSnapshot(ctx, cl, from)
 		if err != nil {
 			msg := fmt.Sprintf("cannot restore from snapshot %s of cluster %s: %v", from.Snapshot, from.Cluster, err)
 			setNotReady(cl, fkev1.ReasonRestoreFailed, msg)
 			r.Recorder.Eventf(cl, nil, corev1.EventTypeWarning, fkev1.ReasonRestoreFailed, "Restore", msg)
 			return ctrl.Result{RequeueAfter: time.Minute}, nil
 		}
-		restore = backup.Dir(filepath.Join(r.BackupDir, cl.Namespace, from.Cluster)).File(snap.Name)
+		restore = path
 	}
 	if want := cl.Annotations[fkev1.AnnotationRestoreInPlace]; want != "" && want != cl.Status.RestoreRequest {
 		path, err := r.restoreInPlace(ctx, cl, want)
@@ -341,15 +342,14 @@ func (r *Reconciler) baseInstalled(key string) bool {
 // Ensure restores.
 func (r *Reconciler) restoreInPlace(ctx context.Context, cl *fkev1.Cluster, want string) (string, error) {
 	name, _, _ := strings.Cut(want, "@")
-	dir := backup.Dir(filepath.Join(r.BackupDir, cl.Namespace, cl.Name))
-	snap, err := backup.Verify(dir, name)
+	_, path, err := r.restoreSnapshot(ctx, cl, &fkev1.ClusterRestore{Cluster: cl.Name, Snapshot: name})
 	if err != nil {
 		return "", fmt.Errorf("cannot restore %s in place from %s: %w", cl.Name, name, err)
 	}
 	if err := r.runtime(cl).SetAsideData(ctx, client.ObjectKeyFromObject(cl).String()); err != nil {
 		return "", fmt.Errorf("restoring %s in place: %w", cl.Name, err)
 	}
-	return dir.File(snap.Name), nil
+	return path, nil
 }
 
 // finalize removes the cluster's node pools, stops the control plane, removes

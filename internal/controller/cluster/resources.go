@@ -173,7 +173,7 @@ func (r *Reconciler) ensurePKI(ctx context.Context, cl *fkev1.Cluster) (pki.Bund
 		// A cluster made from a backup takes the CAs and keys of the
 		// cluster the snapshot was taken of: its objects (service-account
 		// tokens, Secrets encrypted at rest) are only valid with them.
-		src, err := r.restoreSeed(ctx, cl.Namespace, cl.Spec.RestoreFrom)
+		src, err := r.restoreSeed(ctx, cl)
 		if err != nil {
 			return nil, err
 		}

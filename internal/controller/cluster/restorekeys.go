@@ -2,9 +2,9 @@ package cluster
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"maps"
-	"path/filepath"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -40,6 +40,13 @@ func EnsureRestoreKeys(ctx context.Context, c client.Client, cl *fkev1.Cluster, 
 		Type: corev1.SecretTypeOpaque,
 		Data: bundle,
 	}
+	if b := cl.Spec.Backup; b != nil && b.S3 != nil {
+		store, err := json.Marshal(b.S3)
+		if err != nil {
+			return err
+		}
+		want.Annotations[AnnotationKeysS3] = string(store)
+	}
 	got := &corev1.Secret{}
 	err := c.Get(ctx, client.ObjectKeyFromObject(want), got)
 	switch {
@@ -66,7 +73,8 @@ func EnsureRestoreKeys(ctx context.Context, c client.Client, cl *fkev1.Cluster, 
 // from.Snapshot of cluster from.Cluster starts with: the source's PKI
 // Secret while the source exists, else the restore-keys Secret of the
 // cluster the snapshot was taken of.
-func (r *Reconciler) restoreSeed(ctx context.Context, namespace string, from *fkev1.ClusterRestore) (pki.Bundle, error) {
+func (r *Reconciler) restoreSeed(ctx context.Context, cl *fkev1.Cluster) (pki.Bundle, error) {
+	namespace, from := cl.Namespace, cl.Spec.RestoreFrom
 	src := &corev1.Secret{}
 	err := r.Client.Get(ctx, client.ObjectKey{Namespace: namespace, Name: pkiSecretName(from.Cluster)}, src)
 	if err == nil {
@@ -75,7 +83,7 @@ func (r *Reconciler) restoreSeed(ctx context.Context, namespace string, from *fk
 	if !apierrors.IsNotFound(err) {
 		return nil, fmt.Errorf("restoring from %s: reading its PKI: %w", from.Cluster, err)
 	}
-	snap, err := backup.Verify(backup.Dir(filepath.Join(r.BackupDir, namespace, from.Cluster)), from.Snapshot)
+	snap, _, err := r.restoreSnapshot(ctx, cl, from)
 	if err != nil {
 		return nil, fmt.Errorf("restoring from snapshot %s of %s: %w", from.Snapshot, from.Cluster, err)
 	}

@@ -136,7 +136,7 @@ func (r *Reconciler) reconcileUpgrade(ctx context.Context, cl *fkev1.Cluster, sp
 			up.Snapshot = snap.Name
 			r.Recorder.Eventf(cl, nil, corev1.EventTypeNormal, "SnapshotTaken", "Upgrade", "snapshot %s of etcd taken before the upgrade (%d bytes, revision %d)", snap.Name, snap.Size, snap.Revision)
 			if kept, lerr := backup.List(dir); lerr == nil {
-				cl.Status.Backups = BackupRecords(kept)
+				cl.Status.Backups = BackupRecords(cl.Status.Backups, kept, nil, false)
 			}
 		}
 	case StepAddons:
@@ -155,6 +155,10 @@ func (r *Reconciler) reconcileUpgrade(ctx context.Context, cl *fkev1.Cluster, sp
 		up2.Version = target
 		err = r.runtime(cl).Upgrade(ctx, up2, step)
 		if err == nil {
+			// Recorded with this step: a manager restarted before the next
+			// reconcile starts the component at the version it runs now,
+			// not at the one it ran before (a downgrade, and the step again).
+			recordVersion(cl, step, target)
 			r.Recorder.Eventf(cl, nil, corev1.EventTypeNormal, "ComponentUpgraded", "Upgrade", "%s now runs %s", step, target)
 			if step == controlplane.APIServer {
 				cl.Status.Version = ""
@@ -168,6 +172,18 @@ func (r *Reconciler) reconcileUpgrade(ctx context.Context, cl *fkev1.Cluster, sp
 		return upgradeRetry, true
 	}
 	return time.Millisecond, true
+}
+
+// recordVersion records in status.controlPlane that component runs
+// version (and serves: Runtime.Upgrade returns once it does).
+func recordVersion(cl *fkev1.Cluster, component, version string) {
+	for i := range cl.Status.ControlPlane {
+		if c := &cl.Status.ControlPlane[i]; c.Name == component {
+			c.Version, c.Ready = version, true
+			return
+		}
+	}
+	cl.Status.ControlPlane = append(cl.Status.ControlPlane, fkev1.ComponentVersion{Name: component, Version: version, Ready: true})
 }
 
 // stepReason is the Upgrading condition's reason during step.
@@ -201,15 +217,6 @@ func setUpgrading(cl *fkev1.Cluster, s metav1.ConditionStatus, reason, msg strin
 	meta.SetStatusCondition(&cl.Status.Conditions, metav1.Condition{
 		Type: fkev1.ConditionUpgrading, Status: s, Reason: reason, Message: msg, ObservedGeneration: cl.Generation,
 	})
-}
-
-// BackupRecords is status.backups of the snapshots kept.
-func BackupRecords(kept []backup.Snapshot) []fkev1.BackupRecord {
-	out := make([]fkev1.BackupRecord, 0, len(kept))
-	for _, s := range kept {
-		out = append(out, fkev1.BackupRecord{Name: s.Name, Time: metav1.NewTime(s.Time), Size: s.Size, SHA256: s.SHA256, Revision: s.Revision})
-	}
-	return out
 }
 
 // autoUpgrade starts the upgrade spec.autoUpgrade asks for when the

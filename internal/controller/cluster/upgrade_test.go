@@ -1,9 +1,11 @@
 package cluster
 
 import (
+	"context"
 	"testing"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/events"
 
 	fkev1 "fke.dev/fke/api/v1alpha1"
 	"fke.dev/fke/internal/controlplane"
@@ -50,5 +52,47 @@ func TestStartVersions(t *testing.T) {
 	got := startVersions(cl)
 	if len(got) != 2 || got[controlplane.APIServer] != "v1.37.2" || got[controlplane.Scheduler] != "v1.36.3" {
 		t.Errorf("startVersions = %v", got)
+	}
+}
+
+// upgradeRuntime upgrades nothing: it records the steps asked.
+type upgradeRuntime struct {
+	controlplane.Runtime
+	steps []string
+}
+
+func (u *upgradeRuntime) Upgrade(_ context.Context, _ controlplane.Spec, component string) error {
+	u.steps = append(u.steps, component)
+	return nil
+}
+
+// TestUpgradeStepRecordsTheVersion: once a component runs the new
+// version, status.controlPlane says so in the status written with the
+// step, so a manager restarted before the next reconcile starts it at the
+// new version (it used to start it at the old one, and upgrade it again).
+func TestUpgradeStepRecordsTheVersion(t *testing.T) {
+	const old, cur = "v1.36.3", "v1.37.2"
+	cl := &fkev1.Cluster{Spec: fkev1.ClusterSpec{Version: cur}}
+	cl.Status.Upgrade = &fkev1.UpgradeStatus{From: old, To: cur, Snapshot: "20261201T120000Z", StartTime: metav1.Now()}
+	var st controlplane.Status
+	for _, c := range []string{controlplane.Etcd, controlplane.APIServer, controlplane.ControllerManager, controlplane.Scheduler} {
+		v := old
+		if c == controlplane.Etcd {
+			v = ""
+		}
+		st.Components = append(st.Components, controlplane.ComponentStatus{Name: c, Version: v, Running: true, Ready: true})
+	}
+	cl.Status.ControlPlane = componentVersions(st)
+	rt := &upgradeRuntime{}
+	r := &Reconciler{Runtimes: map[fkev1.ControlPlaneRuntime]controlplane.Runtime{fkev1.RuntimeLocal: rt}, Recorder: events.NewFakeRecorder(10)}
+	if _, handled := r.reconcileUpgrade(context.Background(), cl, controlplane.Spec{}, st, nil, func() {}); !handled {
+		t.Fatal("no step taken")
+	}
+	if len(rt.steps) != 1 || rt.steps[0] != controlplane.APIServer {
+		t.Fatalf("steps %v, want the API server", rt.steps)
+	}
+	got := startVersions(cl)
+	if got[controlplane.APIServer] != cur || got[controlplane.ControllerManager] != old {
+		t.Errorf("a manager restarted now would start %v", got)
 	}
 }

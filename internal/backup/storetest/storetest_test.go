@@ -1,0 +1,5 @@
+package storetest
+
+import "testing"
+
+func TestMemoryKeepsTheContract(t *testing.T) { Run(t, &Memory{}) }
