@@ -5,6 +5,10 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
+
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
 	"fke.dev/fke/internal/controlplane"
 	"fke.dev/fke/internal/encryption"
@@ -20,6 +24,8 @@ func (l layout) pki(file string) string      { return filepath.Join(l.root, "pki
 func (l layout) etcdData() string            { return filepath.Join(l.root, "etcd") }
 func (l layout) log(component string) string { return filepath.Join(l.root, "logs", component+".log") }
 func (l layout) schedulerConfig() string     { return filepath.Join(l.root, "kube-scheduler.yaml") }
+func (l layout) admissionConfig() string     { return filepath.Join(l.root, "admission.yaml") }
+func (l layout) webhookKubeconfig() string   { return filepath.Join(l.root, "webhook-client.kubeconfig") }
 func (l layout) kubeconfig(user string) string {
 	return filepath.Join(l.root, user+".kubeconfig")
 }
@@ -48,7 +54,17 @@ func (l layout) write(spec controlplane.Spec) error {
 			return err
 		}
 	}
-	return writeIfChanged(l.schedulerConfig(), schedulerConfig(l.kubeconfig(pki.Scheduler)))
+	if err := writeIfChanged(l.schedulerConfig(), schedulerConfig(l.kubeconfig(pki.Scheduler))); err != nil {
+		return err
+	}
+	kc, err := webhookClientKubeconfig(l.pki(pki.APIServerWebhookClientCertFile), l.pki(pki.APIServerWebhookClientKeyFile))
+	if err != nil {
+		return err
+	}
+	if err := writeIfChanged(l.webhookKubeconfig(), kc); err != nil {
+		return err
+	}
+	return writeIfChanged(l.admissionConfig(), admissionConfig(l.webhookKubeconfig()))
 }
 
 func writeIfChanged(path string, data []byte) error {
@@ -144,6 +160,9 @@ func apiServerArgs(l layout, s controlplane.Spec) []string {
 		"--service-cluster-ip-range="+s.ServiceCIDR,
 		"--authorization-mode=Node,RBAC",
 		"--enable-admission-plugins=NodeRestriction,ExtendedResourceToleration",
+		// The API server authenticates to admission webhooks with its
+		// webhook client certificate (fke's webhooks require it).
+		"--admission-control-config-file="+l.admissionConfig(),
 		"--enable-bootstrap-token-auth=true",
 		"--allow-privileged=true",
 		"--requestheader-client-ca-file="+l.pki(pki.FrontProxyCACertFile),
@@ -219,6 +238,35 @@ clientConnection:
 leaderElection:
   leaderElect: false
 `)
+}
+
+// admissionConfig configures the API server's webhook admission plugins to
+// read how to authenticate to webhooks from kubeconfig.
+func admissionConfig(kubeconfig string) []byte {
+	var b strings.Builder
+	b.WriteString("apiVersion: apiserver.config.k8s.io/v1\nkind: AdmissionConfiguration\nplugins:\n")
+	for _, plugin := range []string{"ValidatingAdmissionWebhook", "MutatingAdmissionWebhook"} {
+		b.WriteString("- name: " + plugin + "\n  configuration:\n    apiVersion: apiserver.config.k8s.io/v1\n" +
+			"    kind: WebhookAdmissionConfiguration\n    kubeConfigFile: " + kubeconfig + "\n")
+	}
+	return []byte(b.String())
+}
+
+// webhookClientKubeconfig is the kubeconfig the API server reads the
+// credentials for calling admission webhooks from: one user, "*" (every
+// webhook host; the API server reads the file once at start, before an
+// addon's port may be known), with the webhook client certificate at
+// certFile and its key at keyFile. Only a webhook that asks for a client
+// certificate gets it (the certificate: its key never leaves the API
+// server), and it grants nothing in the cluster.
+func webhookClientKubeconfig(certFile, keyFile string) ([]byte, error) {
+	cfg := clientcmdapi.NewConfig()
+	cfg.AuthInfos["*"] = &clientcmdapi.AuthInfo{ClientCertificate: certFile, ClientKey: keyFile}
+	data, err := clientcmd.Write(*cfg)
+	if err != nil {
+		return nil, fmt.Errorf("writing the webhook client kubeconfig: %w", err)
+	}
+	return data, nil
 }
 
 // componentGOGC is the Go garbage collector's target of every component
