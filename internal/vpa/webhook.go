@@ -42,9 +42,9 @@ func (w Webhook) validate() error {
 	} else if port == "" || port == "0" {
 		errs = append(errs, fmt.Errorf("webhook address %q: no port", w.Address))
 	}
-	for flag, v := range map[string]string{"certificate": w.CertFile, "key": w.KeyFile, "client CA": w.ClientCAFile} {
-		if v == "" {
-			errs = append(errs, fmt.Errorf("no webhook %s file", flag))
+	for _, f := range []struct{ what, file string }{{"certificate", w.CertFile}, {"key", w.KeyFile}, {"client CA", w.ClientCAFile}} {
+		if f.file == "" {
+			errs = append(errs, fmt.Errorf("no webhook %s file", f.what))
 		}
 	}
 	if len(w.AllowedClients) == 0 || slices.Contains(w.AllowedClients, "") {

@@ -107,6 +107,13 @@ func TestAddonsRequireAuthentication(t *testing.T) {
 			if !slices.Equal(listens, []string{addr}) {
 				t.Errorf("%s (pid %d) listens on %v, want only %s", ep.name, procs[0].PID, listens, addr)
 			}
+			if status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", procs[0].PID)); err == nil {
+				for _, line := range strings.Split(string(status), "\n") {
+					if rss, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+						t.Logf("FIGURE %s RSS (idle cluster, no nodes): %s", ep.name, strings.TrimSpace(rss))
+					}
+				}
+			}
 			refused := []struct {
 				who    string
 				client *http.Client
