@@ -27,9 +27,9 @@ import (
 // control plane (metrics-server, the GPU metrics adapter, the VPA) each
 // listen on one loopback port and nothing else, and answer no caller
 // without credentials: without a client certificate, with one of another
-// cluster's CA, or with one of their own cluster's CA that names no one
-// they serve (or forged front-proxy headers), the TLS handshake fails or
-// the request gets 401/403. (metrics-server and the adapter answer
+// cluster's CA (with forged front-proxy headers too), or with one of their
+// own cluster's CA whose user they do not serve (forged headers do not make
+// it an admin), the TLS handshake fails or the request gets 401/403. (metrics-server and the adapter answer
 // /livez, /readyz and /healthz to anyone, as kube-apiserver does, and
 // discovery to any authenticated user.) The tenant API server's own calls go through:
 // its aggregator reaches both metrics APIs, and it calls the VPA webhook
@@ -114,27 +114,27 @@ func TestAddonsRequireAuthentication(t *testing.T) {
 					}
 				}
 			}
-			refused := []struct {
+			type refusal struct {
 				who    string
 				client *http.Client
 				header http.Header
-			}{
+			}
+			admin := http.Header{"X-Remote-User": {"kubernetes-admin"}, "X-Remote-Group": {"system:masters"}}
+			refused := []refusal{
 				{"anonymous", caller(nil, "", ep.serverName), nil},
 				{"another cluster's API server", caller(intruder, pki.APIServerWebhookClient, ep.serverName), nil},
-				{"another cluster's front proxy", caller(intruder, pki.FrontProxyClient, ep.serverName),
-					http.Header{"X-Remote-User": {"kubernetes-admin"}, "X-Remote-Group": {"system:masters"}}},
-				// A certificate of the cluster CA whose user may read no
-				// metrics; headers claiming an admin are not believed from it.
-				{"the webhook client of this cluster's API server, claiming to be its admin", caller(own, pki.APIServerWebhookClient, ep.serverName),
-					http.Header{"X-Remote-User": {"kubernetes-admin"}, "X-Remote-Group": {"system:masters"}}},
+				{"another cluster's front proxy, claiming to be its admin", caller(intruder, pki.FrontProxyClient, ep.serverName), admin},
 			}
 			if ep.name == addons.VPAName {
-				// The VPA's own user may read metrics but not call the webhook.
-				refused = append(refused, struct {
-					who    string
-					client *http.Client
-					header http.Header
-				}{"the VPA's own client certificate", caller(own, pki.VPAClient, ep.serverName), nil})
+				// Users of the cluster CA other than the API server.
+				refused = append(refused,
+					refusal{"the VPA's own client certificate", caller(own, pki.VPAClient, ep.serverName), nil},
+					refusal{"the cluster's front proxy", caller(own, pki.FrontProxyClient, ep.serverName), nil})
+			} else {
+				// A user of the cluster CA who may read no metrics: headers
+				// claiming an admin are not believed from it.
+				refused = append(refused, refusal{"the API server's webhook client, claiming to be the admin",
+					caller(own, pki.APIServerWebhookClient, ep.serverName), admin})
 			}
 			for _, r := range refused {
 				for _, path := range ep.paths {
@@ -155,9 +155,10 @@ func TestAddonsRequireAuthentication(t *testing.T) {
 	}
 
 	t.Run("the API server's calls succeed", func(t *testing.T) {
+		rc := e.Tenant("authn").CoreV1().RESTClient()
 		for _, path := range []string{"/apis/metrics.k8s.io/v1beta1/namespaces/kube-system/pods", "/apis/custom.metrics.k8s.io/v1beta2"} {
-			if out, err := kubectl(t, e, "get", "--raw", path); err != nil {
-				t.Errorf("kubectl get --raw %s: %v\n%s", path, err, out)
+			if out, err := rc.Get().AbsPath(path).DoRaw(ctx); err != nil {
+				t.Errorf("GET %s through the API server: %v\n%s", path, err, out)
 			}
 		}
 		dyn := dynamic.NewForConfigOrDie(e.TenantConfig("authn"))
