@@ -115,7 +115,6 @@ func (VerticalPodAutoscaler) Processes(cl *fkev1.Cluster, endpoint string, b pki
 		return nil, fmt.Errorf("VPA kubeconfig: %w", err)
 	}
 	file := func(name string) string { return controlplane.AddonDirVar + "/" + name }
-	webhook := "https://127.0.0.1:" + strconv.Itoa(port)
 	return []controlplane.Addon{{
 		Name: VPAName, Binary: VPABinary,
 		Files: map[string][]byte{
@@ -137,7 +136,7 @@ func (VerticalPodAutoscaler) Processes(cl *fkev1.Cluster, endpoint string, b pki
 			"--client-ca-file=" + file(vpaCA),
 			"--allowed-clients=" + strings.Join(VPAWebhookClients, ","),
 		},
-		HealthURL:        webhook + "/healthz",
+		HealthURL:        vpaWebhookURL(port) + "/healthz",
 		HealthCA:         b[pki.CACertFile],
 		HealthClientCert: b[pki.ManagerCertFile],
 		HealthClientKey:  b[pki.ManagerKeyFile],
@@ -213,11 +212,14 @@ func vpaRules() []*rbacv1ac.PolicyRuleApplyConfiguration {
 	}
 }
 
+// vpaWebhookURL is where the API server calls the webhook on port.
+func vpaWebhookURL(port int) string { return "https://127.0.0.1:" + strconv.Itoa(port) }
+
 // vpaWebhook is the admission controller's webhook as upstream registers
 // it (new pods, and VPA objects on create and update; failures ignored, so
 // pods are admitted when it is down), reached by URL on loopback.
 func vpaWebhook(port int, caPEM []byte, labels map[string]string) *admissionac.MutatingWebhookConfigurationApplyConfiguration {
-	url := "https://127.0.0.1:" + strconv.Itoa(port)
+	url := vpaWebhookURL(port)
 	return admissionac.MutatingWebhookConfiguration(VPAWebhookConfig).WithLabels(labels).WithWebhooks(
 		admissionac.MutatingWebhook().WithName(VPAWebhook).
 			WithAdmissionReviewVersions("v1").

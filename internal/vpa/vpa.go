@@ -114,23 +114,22 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	defaults := common.DefaultCommonConfig()
 	restCfg.QPS, restCfg.Burst = float32(defaults.KubeApiQps), int(defaults.KubeApiBurst)
-	kube, err := kubernetes.NewForConfig(restCfg)
-	if err != nil {
-		return fmt.Errorf("tenant client: %w", err)
+	// Each component has its own clients, hence its own request rate
+	// limit, as each of upstream's binaries has.
+	var comps [3]component
+	for i := range comps {
+		if comps[i], err = newComponent(cfg, restCfg); err != nil {
+			return err
+		}
 	}
-	vpas, err := vpaclientset.NewForConfig(restCfg)
-	if err != nil {
-		return fmt.Errorf("VPA client: %w", err)
-	}
-	c := components{cfg: cfg, rest: restCfg, kube: kube, vpas: vpas}
 
 	g, ctx := errgroup.WithContext(ctx)
 	recommenderHealth := metrics.NewHealthCheck(5 * cfg.Interval)
 	updaterHealth := metrics.NewHealthCheck(5 * cfg.Interval)
-	g.Go(func() error { return c.recommender(ctx, recommenderHealth) })
-	g.Go(func() error { return c.updater(ctx, updaterHealth) })
+	g.Go(func() error { return comps[0].recommender(ctx, recommenderHealth) })
+	g.Go(func() error { return comps[1].updater(ctx, updaterHealth) })
 	g.Go(func() error {
-		admission, err := c.admissionServer(ctx)
+		admission, err := comps[2].admissionServer(ctx)
 		if err != nil {
 			return err
 		}
@@ -143,17 +142,29 @@ func Run(ctx context.Context, cfg Config) error {
 	return err
 }
 
-// components holds the clients the three components share.
-type components struct {
+// component holds the configuration and the clients of one component.
+type component struct {
 	cfg  Config
 	rest *rest.Config
 	kube kubernetes.Interface
 	vpas *vpaclientset.Clientset
 }
 
+func newComponent(cfg Config, restCfg *rest.Config) (component, error) {
+	kube, err := kubernetes.NewForConfig(restCfg)
+	if err != nil {
+		return component{}, fmt.Errorf("tenant client: %w", err)
+	}
+	vpas, err := vpaclientset.NewForConfig(restCfg)
+	if err != nil {
+		return component{}, fmt.Errorf("VPA client: %w", err)
+	}
+	return component{cfg: cfg, rest: restCfg, kube: kube, vpas: vpas}, nil
+}
+
 // informerFactory is a factory of the kind each upstream component makes:
 // every namespace, managed fields dropped, options added.
-func (c components) informerFactory(opts ...informers.SharedInformerOption) informers.SharedInformerFactory {
+func (c component) informerFactory(opts ...informers.SharedInformerOption) informers.SharedInformerFactory {
 	return informers.NewSharedInformerFactoryWithOptions(c.kube, resyncPeriod,
 		append([]informers.SharedInformerOption{
 			informers.WithNamespace(corev1.NamespaceAll),
@@ -189,7 +200,7 @@ func typeName(t reflect.Type) string {
 
 // recommender runs upstream's recommender: usage from the resource metrics
 // API every Interval, history in VerticalPodAutoscalerCheckpoints.
-func (c components) recommender(ctx context.Context, health *metrics.HealthCheck) error {
+func (c component) recommender(ctx context.Context, health *metrics.HealthCheck) error {
 	rc := recommenderconfig.DefaultRecommenderConfig()
 	rc.MetricsFetcherInterval = c.cfg.Interval
 	rc.Storage = "checkpoint"
@@ -210,7 +221,7 @@ func (c components) recommender(ctx context.Context, health *metrics.HealthCheck
 
 // updater runs upstream's updater every Interval: it evicts (or resizes in
 // place) pods whose requests are far from their recommendation.
-func (c components) updater(ctx context.Context, health *metrics.HealthCheck) error {
+func (c component) updater(ctx context.Context, health *metrics.HealthCheck) error {
 	uc := updaterconfig.DefaultUpdaterConfig()
 	uc.UpdaterInterval = c.cfg.Interval
 	kubeFactory := c.informerFactory()
@@ -267,7 +278,7 @@ func (c components) updater(ctx context.Context, health *metrics.HealthCheck) er
 // admissionServer builds upstream's admission controller (it sets the
 // recommended requests on new pods and checks VPA objects) once its caches
 // sync, and starts renewing its status Lease.
-func (c components) admissionServer(ctx context.Context) (*logic.AdmissionServer, error) {
+func (c component) admissionServer(ctx context.Context) (*logic.AdmissionServer, error) {
 	factory := c.informerFactory()
 	_, vpaIndexer := vpautil.NewVpasListerWithIndexer(c.vpas, ctx.Done(), corev1.NamespaceAll)
 	selectors := target.NewVpaTargetSelectorFetcher(c.rest, c.kube, factory, ctx.Done())
