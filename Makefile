@@ -21,7 +21,7 @@ help: ## list the targets
 
 all: build binaries ## build fke and the upstream binaries
 
-build: ## build fke, fke-manager, fke-gpu-agent, fke-gpu-metrics, fke-pause and fke-demo-server into _output/bin
+build: ## build fke, fke-manager, fke-gpu-agent, fke-gpu-metrics, fke-vpa, fke-pause and fke-demo-server into _output/bin
 	@mkdir -p $(BIN)
 	$(GO) build -o $(BIN)/ ./cmd/...
 
@@ -45,7 +45,8 @@ chart-crds: ## copy the generated CRDs (config/crd/bases) into the Helm chart (c
 
 # Tenant-side CRDs are generated from upstream Go types, pinned here.
 AUTOSCALER_APIS := k8s.io/autoscaler/cluster-autoscaler/apis@v0.0.0-20240830133931-adfbe7e45277
-VPA_MODULE := k8s.io/autoscaler/vertical-pod-autoscaler@v1.8.1
+# The VPA's version is the one go.mod requires (fke-vpa is built from it).
+VPA_MODULE = k8s.io/autoscaler/vertical-pod-autoscaler@$(shell $(GO) list -m -f '{{.Version}}' k8s.io/autoscaler/vertical-pod-autoscaler)
 
 generate-tenant-crds: $(CONTROLLER_GEN) ## regenerate the tenant-side CRDs (ProvisioningRequest, VerticalPodAutoscaler) and the provreq types' deepcopy
 	dir=$$($(GO) mod download -json $(AUTOSCALER_APIS) | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$$/\1/p') && \
@@ -76,4 +77,4 @@ bench: build binaries ## benchmarks; see bench/README.md
 	$(GO) test -run '^$$' -bench . -benchtime 1x -timeout 60m ./bench/...
 
 clean: ## remove build outputs (keeps the upstream binaries cache)
-	rm -f $(BIN)/fke $(BIN)/fke-manager $(BIN)/fke-gpu-agent $(BIN)/fke-gpu-metrics
+	rm -f $(BIN)/fke $(BIN)/fke-manager $(BIN)/fke-gpu-agent $(BIN)/fke-gpu-metrics $(BIN)/fke-vpa

@@ -4,8 +4,8 @@
 #   etcd (go.etcd.io/etcd/server/v3), etcdutl (go.etcd.io/etcd/etcdutl/v3), kwok (sigs.k8s.io/kwok), the OCI registry
 #   (github.com/distribution/distribution/v3), coredns (github.com/coredns/coredns),
 #   metrics-server (sigs.k8s.io/metrics-server) and, for the end-to-end test of Kueue's ProvisioningRequest admission check,
-#   kueue (sigs.k8s.io/kueue/cmd/kueue), and the Vertical Pod Autoscaler's vpa-recommender, vpa-updater and
-#   vpa-admission-controller (k8s.io/autoscaler/vertical-pod-autoscaler).
+#   kueue (sigs.k8s.io/kueue/cmd/kueue). (The Vertical Pod Autoscaler is built from its packages into fke's own
+#   fke-vpa: see internal/vpa.)
 # The default Kubernetes version's components live in OUTPUT_DIR itself; the older minor that clusters can be created
 # on and upgraded from (go.mod in v1.36/) is built into OUTPUT_DIR/v1.36.3.
 # Versions are pinned by the go.mod files beside this script. A binary is rebuilt
@@ -54,9 +54,6 @@ all=(
   "coredns|coredns|github.com/coredns/coredns"
   "metrics-server|metrics-server|sigs.k8s.io/metrics-server/cmd/metrics-server"
   "kueue|kueue|sigs.k8s.io/kueue/cmd/kueue"
-  "vpa-recommender|vpa|k8s.io/autoscaler/vertical-pod-autoscaler/pkg/recommender"
-  "vpa-updater|vpa|k8s.io/autoscaler/vertical-pod-autoscaler/pkg/updater"
-  "vpa-admission-controller|vpa|k8s.io/autoscaler/vertical-pod-autoscaler/pkg/admission-controller"
   "$old_version/kube-apiserver|v1.36|k8s.io/kubernetes/cmd/kube-apiserver"
   "$old_version/kube-controller-manager|v1.36|k8s.io/kubernetes/cmd/kube-controller-manager"
   "$old_version/kube-scheduler|v1.36|k8s.io/kubernetes/cmd/kube-scheduler"
@@ -121,7 +118,7 @@ for entry in "${selected[@]}"; do
   t0=$SECONDS
   flags=(-trimpath -ldflags "$ldflags")
   case $name in
-  kwok | etcd | etcdutl | registry | coredns | kueue | vpa-*) flags=(-trimpath -ldflags "-s -w") ;;
+  kwok | etcd | etcdutl | registry | coredns | kueue) flags=(-trimpath -ldflags "-s -w") ;;
   # metrics-server reports client-go's version as its own, as its Makefile sets it.
   metrics-server) flags=(-trimpath -ldflags "-s -w -X k8s.io/client-go/pkg/version.gitVersion=v0.8.0") ;;
   esac

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -23,18 +24,17 @@ import (
 	"fke.dev/fke/internal/pki"
 )
 
-// Names of the Vertical Pod Autoscaler addon, its processes and its objects
+// Names of the Vertical Pod Autoscaler addon, its process and its objects
 // in the tenant (the webhook as upstream's admission controller names it).
 const (
 	VPAName = "vertical-pod-autoscaler"
 	// VPAVersion is the k8s.io/autoscaler/vertical-pod-autoscaler version
-	// fke runs (pinned in hack/k8s/vpa).
+	// fke runs (go.mod pins it; internal/vpa's tests check the two agree).
 	VPAVersion = "v1.8.1"
-	// The three upstream binaries; their processes are named
-	// vertical-pod-autoscaler-{recommender,updater,admission-controller}.
-	VPARecommender         = "vpa-recommender"
-	VPAUpdater             = "vpa-updater"
-	VPAAdmissionController = "vpa-admission-controller"
+	// VPABinary runs the recommender, the updater and the admission
+	// controller in one process (cmd/fke-vpa), built with fke and found
+	// beside it.
+	VPABinary = "fke-vpa"
 	// VPAWebhookConfig is the MutatingWebhookConfiguration through which
 	// the API server sends new pods (and VPA objects) to the admission
 	// controller; VPAWebhook is its one webhook.
@@ -54,7 +54,7 @@ const (
 	VPACheckpointCRD = "verticalpodautoscalercheckpoints.autoscaling.k8s.io"
 )
 
-// Files of the VPA processes (in each one's controlplane.Addon directory).
+// Files of the VPA process (in its controlplane.Addon directory).
 const (
 	vpaKubeconfig  = "kubeconfig"
 	vpaCA          = "ca.crt"
@@ -62,18 +62,26 @@ const (
 	vpaServingKey  = "tls.key"
 )
 
+// VPAWebhookClients are the client certificates (common names) the VPA
+// webhook admits: the tenant API server's webhook client, and fke-manager,
+// whose readiness check calls /healthz.
+var VPAWebhookClients = []string{pki.APIServerWebhookUser, pki.ManagerUser}
+
 // VerticalPodAutoscaler is the upstream VPA (recommender, updater and
-// admission controller), run beside the control plane as processes of the
-// cluster, so it works whatever nodes the cluster has. The recommender
-// reads usage from the resource metrics API (metrics-server), the updater
-// evicts pods whose requests are far from the recommendation, and the
-// admission controller, a mutating webhook the API server calls at
-// https://127.0.0.1:<port> (a serving certificate of the cluster CA for
-// 127.0.0.1), sets the recommended requests on new pods. The three act as
-// one user of the tenant (pki.VPAUser) with the permissions upstream's RBAC
-// grants them together. Their metrics listen on loopback ports the kernel
-// picks. Turning the addon off removes the webhook, the processes and the
-// RBAC; the CRDs stay, with the users' VerticalPodAutoscaler objects.
+// admission controller), run beside the control plane as one process of
+// the cluster (fke-vpa, see internal/vpa), so it works whatever nodes the
+// cluster has. The recommender reads usage from the resource metrics API
+// (metrics-server), the updater evicts pods whose requests are far from the
+// recommendation, and the admission controller, a mutating webhook the API
+// server calls at https://127.0.0.1:<port> (a serving certificate of the
+// cluster CA for 127.0.0.1), sets the recommended requests on new pods.
+// The webhook takes only callers with a client certificate of the cluster
+// CA named in VPAWebhookClients (the API server presents its own, see the
+// local runtime's admission configuration); the process listens on nothing
+// else. The three act as one user of the tenant (pki.VPAUser) with the
+// permissions upstream's RBAC grants them together. Turning the addon off
+// removes the webhook, the process and the RBAC; the CRDs stay, with the
+// users' VerticalPodAutoscaler objects.
 type VerticalPodAutoscaler struct{}
 
 var _ Managed = VerticalPodAutoscaler{}
@@ -89,14 +97,15 @@ func (VerticalPodAutoscaler) Enabled(cl *fkev1.Cluster) bool {
 	return cl.Spec.Addons.VerticalPodAutoscaler.Enabled
 }
 
-// Processes implements Managed: the recommender, the updater and the
-// admission controller.
+// Processes implements Managed: fke-vpa, which runs the recommender, the
+// updater and the admission controller.
 func (VerticalPodAutoscaler) Processes(cl *fkev1.Cluster, endpoint string, b pki.Bundle) ([]controlplane.Addon, error) {
 	port := int(cl.Status.Ports.VPAWebhook)
 	if port == 0 {
 		return nil, errors.New("no port allocated for the VPA admission controller")
 	}
-	for _, f := range []string{pki.CACertFile, pki.VPAWebhookCertFile, pki.VPAWebhookKeyFile, pki.VPAClientCertFile, pki.VPAClientKeyFile} {
+	for _, f := range []string{pki.CACertFile, pki.VPAWebhookCertFile, pki.VPAWebhookKeyFile, pki.VPAClientCertFile, pki.VPAClientKeyFile,
+		pki.ManagerCertFile, pki.ManagerKeyFile} {
 		if len(b[f]) == 0 {
 			return nil, fmt.Errorf("the cluster's PKI has no %s", f)
 		}
@@ -106,51 +115,32 @@ func (VerticalPodAutoscaler) Processes(cl *fkev1.Cluster, endpoint string, b pki
 		return nil, fmt.Errorf("VPA kubeconfig: %w", err)
 	}
 	file := func(name string) string { return controlplane.AddonDirVar + "/" + name }
-	common := []string{
-		"--kubeconfig=" + file(vpaKubeconfig),
-		// Prometheus metrics on a loopback port the kernel picks: nothing
-		// scrapes them here, and fixed ports would collide across clusters.
-		"--address=127.0.0.1:0",
-		"--profiling=false",
-	}
-	files := map[string][]byte{vpaKubeconfig: kc}
-	return []controlplane.Addon{
-		{
-			Name: VPAName + "-recommender", Binary: VPARecommender, Files: files,
-			Args: append(append([]string(nil), common...),
-				// Usage is fetched as often as metrics-server scrapes it
-				// (MetricResolution); upstream's default is one minute.
-				"--recommender-interval="+MetricResolution,
-				"--storage=checkpoint",
-			),
+	return []controlplane.Addon{{
+		Name: VPAName, Binary: VPABinary,
+		Files: map[string][]byte{
+			vpaKubeconfig:  kc,
+			vpaCA:          b[pki.CACertFile],
+			vpaServingCert: b[pki.VPAWebhookCertFile],
+			vpaServingKey:  b[pki.VPAWebhookKeyFile],
 		},
-		{
-			Name: VPAName + "-updater", Binary: VPAUpdater, Files: files,
-			Args: append(append([]string(nil), common...),
-				"--updater-interval="+MetricResolution, // upstream: one minute
-				"--admission-controller-status-lease-namespace="+vpaStatusNamespace,
-			),
+		Args: []string{
+			"--kubeconfig=" + file(vpaKubeconfig),
+			// Usage is fetched as often as metrics-server scrapes it
+			// (MetricResolution), and the updater looks as often;
+			// upstream's default is one minute for both.
+			"--interval=" + MetricResolution,
+			"--status-lease-namespace=" + vpaStatusNamespace,
+			"--webhook-address=127.0.0.1:" + strconv.Itoa(port),
+			"--tls-cert-file=" + file(vpaServingCert),
+			"--tls-private-key-file=" + file(vpaServingKey),
+			"--client-ca-file=" + file(vpaCA),
+			"--allowed-clients=" + strings.Join(VPAWebhookClients, ","),
 		},
-		{
-			Name: VPAName + "-admission-controller", Binary: VPAAdmissionController,
-			Files: map[string][]byte{
-				vpaKubeconfig:  kc,
-				vpaCA:          b[pki.CACertFile],
-				vpaServingCert: b[pki.VPAWebhookCertFile],
-				vpaServingKey:  b[pki.VPAWebhookKeyFile],
-			},
-			Args: append(append([]string(nil), common...),
-				"--port="+strconv.Itoa(port),
-				"--tls-cert-file="+file(vpaServingCert),
-				"--tls-private-key="+file(vpaServingKey),
-				// The CA whose bundle the webhook would carry; fke applies
-				// the webhook itself (Install), so that it is repaired.
-				"--client-ca-file="+file(vpaCA),
-				"--register-webhook=false",
-				"--status-lease-namespace="+vpaStatusNamespace,
-			),
-		},
-	}, nil
+		HealthURL:        vpaWebhookURL(port) + "/healthz",
+		HealthCA:         b[pki.CACertFile],
+		HealthClientCert: b[pki.ManagerCertFile],
+		HealthClientKey:  b[pki.ManagerKeyFile],
+	}}, nil
 }
 
 // Install implements Managed: the CRDs, the RBAC and the webhook.
@@ -222,11 +212,14 @@ func vpaRules() []*rbacv1ac.PolicyRuleApplyConfiguration {
 	}
 }
 
+// vpaWebhookURL is where the API server calls the webhook on port.
+func vpaWebhookURL(port int) string { return "https://127.0.0.1:" + strconv.Itoa(port) }
+
 // vpaWebhook is the admission controller's webhook as upstream registers
 // it (new pods, and VPA objects on create and update; failures ignored, so
 // pods are admitted when it is down), reached by URL on loopback.
 func vpaWebhook(port int, caPEM []byte, labels map[string]string) *admissionac.MutatingWebhookConfigurationApplyConfiguration {
-	url := "https://127.0.0.1:" + strconv.Itoa(port)
+	url := vpaWebhookURL(port)
 	return admissionac.MutatingWebhookConfiguration(VPAWebhookConfig).WithLabels(labels).WithWebhooks(
 		admissionac.MutatingWebhook().WithName(VPAWebhook).
 			WithAdmissionReviewVersions("v1").

@@ -1,6 +1,7 @@
 package addons
 
 import (
+	"slices"
 	"strings"
 	"testing"
 
@@ -21,35 +22,37 @@ func TestVPAProcesses(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	byBinary := map[string]controlplane.Addon{}
-	for _, p := range ps {
-		if !strings.HasPrefix(p.Name, VPAName+"-") {
-			t.Errorf("process %s is not named after the addon", p.Name)
-		}
-		byBinary[p.Binary] = p
-		args := strings.Join(p.Args, " ")
-		for _, want := range []string{"--kubeconfig=" + controlplane.AddonDirVar + "/kubeconfig", "--address=127.0.0.1:0"} {
-			if !strings.Contains(args, want) {
-				t.Errorf("%s: args %q lack %s", p.Name, args, want)
-			}
-		}
-		if !strings.Contains(string(p.Files[vpaKubeconfig]), pki.VPAUser) {
-			t.Errorf("%s: kubeconfig is not for %s", p.Name, pki.VPAUser)
+	if len(ps) != 1 || ps[0].Name != VPAName || ps[0].Binary != VPABinary {
+		t.Fatalf("processes %+v, want one %s running %s", ps, VPAName, VPABinary)
+	}
+	p := ps[0]
+	args := strings.Join(p.Args, " ")
+	for _, want := range []string{
+		"--kubeconfig=" + controlplane.AddonDirVar + "/kubeconfig",
+		"--webhook-address=127.0.0.1:30123",
+		"--client-ca-file=" + controlplane.AddonDirVar + "/ca.crt",
+		"--allowed-clients=" + pki.APIServerWebhookUser + "," + pki.ManagerUser,
+		"--status-lease-namespace=kube-system",
+		"--interval=" + MetricResolution,
+	} {
+		if !strings.Contains(args, want) {
+			t.Errorf("args %q lack %s", args, want)
 		}
 	}
-	for _, bin := range []string{VPARecommender, VPAUpdater, VPAAdmissionController} {
-		if _, ok := byBinary[bin]; !ok {
-			t.Errorf("no %s process", bin)
-		}
+	if !strings.Contains(string(p.Files[vpaKubeconfig]), pki.VPAUser) {
+		t.Errorf("kubeconfig is not for %s", pki.VPAUser)
 	}
-	ac := strings.Join(byBinary[VPAAdmissionController].Args, " ")
-	for _, want := range []string{"--port=30123", "--register-webhook=false", "--status-lease-namespace=kube-system"} {
-		if !strings.Contains(ac, want) {
-			t.Errorf("admission controller args %q lack %s", ac, want)
-		}
+	if string(p.Files[vpaCA]) != string(b[pki.CACertFile]) {
+		t.Error("the webhook's client CA is not the cluster CA")
 	}
-	if up := strings.Join(byBinary[VPAUpdater].Args, " "); !strings.Contains(up, "--admission-controller-status-lease-namespace=kube-system") {
-		t.Errorf("the updater does not read the admission controller's lease where it is written: %s", up)
+	// The readiness check presents fke-manager's certificate, one the
+	// webhook admits.
+	kp, err := pki.ParseKeyPair(p.HealthClientCert, p.HealthClientKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.HealthURL != "https://127.0.0.1:30123/healthz" || !slices.Contains(VPAWebhookClients, kp.Cert.Subject.CommonName) {
+		t.Errorf("health check %s as %s", p.HealthURL, kp.Cert.Subject.CommonName)
 	}
 
 	if _, err := (VerticalPodAutoscaler{}).Processes(&fkev1.Cluster{}, "https://127.0.0.1:6443", b); err == nil {

@@ -127,6 +127,10 @@ type Addon struct {
 	// HealthServerName is the name it must hold.
 	HealthCA         []byte
 	HealthServerName string
+	// HealthClientCert and HealthClientKey (PEM), when set, are the client
+	// certificate the check presents (for a process that serves nobody
+	// without one).
+	HealthClientCert, HealthClientKey []byte
 }
 
 // Ready reports whether every component is ready.

@@ -26,6 +26,10 @@ const (
 
 	APIServer              = "apiserver"
 	APIServerKubeletClient = "apiserver-kubelet-client"
+	// APIServerWebhookClient is the client certificate the API server
+	// presents to admission webhooks (WebhookAdmissionConfiguration), which
+	// fke's webhooks require.
+	APIServerWebhookClient = "apiserver-webhook-client"
 	FrontProxyClient       = "front-proxy-client"
 	EtcdServer             = "etcd-server"
 	// EtcdPeer is etcd's peer certificate (serving and client): the peer
@@ -71,6 +75,8 @@ const (
 	APIServerKeyFile               = APIServer + ".key"
 	APIServerKubeletClientCertFile = APIServerKubeletClient + ".crt"
 	APIServerKubeletClientKeyFile  = APIServerKubeletClient + ".key"
+	APIServerWebhookClientCertFile = APIServerWebhookClient + ".crt"
+	APIServerWebhookClientKeyFile  = APIServerWebhookClient + ".key"
 	FrontProxyClientCertFile       = FrontProxyClient + ".crt"
 	FrontProxyClientKeyFile        = FrontProxyClient + ".key"
 	EtcdServerCertFile             = EtcdServer + ".crt"
@@ -115,6 +121,10 @@ const (
 	ControllerManagerUser = "system:kube-controller-manager"
 	SchedulerUser         = "system:kube-scheduler"
 	ManagerUser           = "fke-manager"
+	// APIServerWebhookUser is the subject of the API server's webhook
+	// client certificate: it has no group and no permission in the
+	// cluster; fke's webhooks admit callers by it.
+	APIServerWebhookUser = "fke:kube-apiserver-webhook-client"
 	// MetricsServerUser is the user metrics-server acts as.
 	MetricsServerUser = "fke:metrics-server"
 	// MetricsServerServiceName is the DNS name under which the tenant's
@@ -200,6 +210,7 @@ var leaves = []leaf{
 		}
 	}},
 	{APIServerKubeletClient, CA, client("kube-apiserver-kubelet-client", MastersGroup)},
+	{APIServerWebhookClient, CA, client(APIServerWebhookUser)},
 	{Admin, CA, client(AdminUser, MastersGroup)},
 	{ControllerManager, CA, client(ControllerManagerUser)},
 	{Scheduler, CA, client(SchedulerUser)},

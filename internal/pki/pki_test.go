@@ -280,6 +280,7 @@ func TestEnsureBundleChains(t *testing.T) {
 	}{
 		{APIServer, CA, []x509.ExtKeyUsage{server}, "kube-apiserver", nil},
 		{APIServerKubeletClient, CA, []x509.ExtKeyUsage{client}, "kube-apiserver-kubelet-client", []string{MastersGroup}},
+		{APIServerWebhookClient, CA, []x509.ExtKeyUsage{client}, APIServerWebhookUser, nil},
 		{Admin, CA, []x509.ExtKeyUsage{client}, AdminUser, []string{MastersGroup}},
 		{ControllerManager, CA, []x509.ExtKeyUsage{client}, ControllerManagerUser, nil},
 		{Scheduler, CA, []x509.ExtKeyUsage{client}, SchedulerUser, nil},

@@ -78,8 +78,8 @@ func Main(m *testing.M) {
 	os.Exit(code)
 }
 
-// FkeBinary builds cmd/fke (with fke-pause, fke-demo-server and
-// fke-gpu-metrics beside it) once per test process and returns its path.
+// FkeBinary builds cmd/fke (with fke-pause, fke-demo-server, fke-gpu-metrics
+// and fke-vpa beside it) once per test process and returns its path.
 func FkeBinary(t testing.TB) string {
 	t.Helper()
 	buildOnce.Do(func() {
@@ -91,9 +91,10 @@ func FkeBinary(t testing.TB) string {
 		fkeBin = filepath.Join(dir, "fke")
 		// The pause and demo-server binaries go beside fke, where `fke up`
 		// finds them to build the images it pushes to its registry, and so
-		// does the GPU metrics adapter, which the manager runs beside each
-		// tenant control plane.
-		cmd := exec.Command("go", "build", "-tags", BuildTags, "-o", dir+"/", "./cmd/fke", "./cmd/fke-pause", "./cmd/fke-demo-server", "./cmd/fke-gpu-metrics")
+		// do the GPU metrics adapter and the VPA, which the manager runs
+		// beside each tenant control plane.
+		cmd := exec.Command("go", "build", "-tags", BuildTags, "-o", dir+"/", "./cmd/fke", "./cmd/fke-pause", "./cmd/fke-demo-server",
+			"./cmd/fke-gpu-metrics", "./cmd/fke-vpa")
 		cmd.Dir = RepoRoot()
 		if out, err := cmd.CombinedOutput(); err != nil {
 			buildErr = fmt.Errorf("building fke: %v\n%s", err, out)

@@ -82,7 +82,7 @@ func (r *Runtime) ensureAddonLocked(ctx context.Context, key string, layout layo
 	}
 	spec := supervisor.Spec{Name: name, Path: path, Args: args, Env: componentEnv(a.Name), LogPath: layout.log(a.Name)}
 	if a.HealthURL != "" {
-		tlsCfg, err := supervisor.ClientTLS(a.HealthCA, nil, nil)
+		tlsCfg, err := supervisor.ClientTLS(a.HealthCA, a.HealthClientCert, a.HealthClientKey)
 		if err != nil {
 			return fmt.Errorf("health check of %s: %w", a.HealthURL, err)
 		}
@@ -149,5 +149,6 @@ func (r *Runtime) addonStatusLocked(key string) []controlplane.ComponentStatus {
 
 func sameAddon(a, b controlplane.Addon) bool {
 	return a.Binary == b.Binary && slices.Equal(a.Args, b.Args) && maps.EqualFunc(a.Files, b.Files, bytes.Equal) &&
-		a.HealthURL == b.HealthURL && bytes.Equal(a.HealthCA, b.HealthCA) && a.HealthServerName == b.HealthServerName
+		a.HealthURL == b.HealthURL && bytes.Equal(a.HealthCA, b.HealthCA) && a.HealthServerName == b.HealthServerName &&
+		bytes.Equal(a.HealthClientCert, b.HealthClientCert) && bytes.Equal(a.HealthClientKey, b.HealthClientKey)
 }

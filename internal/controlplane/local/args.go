@@ -5,6 +5,10 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
+
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
 	"fke.dev/fke/internal/controlplane"
 	"fke.dev/fke/internal/pki"
@@ -19,6 +23,8 @@ func (l layout) PKI(file string) string      { return filepath.Join(l.root, "pki
 func (l layout) etcdData() string            { return filepath.Join(l.root, "etcd") }
 func (l layout) log(component string) string { return filepath.Join(l.root, "logs", component+".log") }
 func (l layout) SchedulerConfig() string     { return filepath.Join(l.root, "kube-scheduler.yaml") }
+func (l layout) admissionConfig() string     { return filepath.Join(l.root, "admission.yaml") }
+func (l layout) webhookKubeconfig() string   { return filepath.Join(l.root, "webhook-client.kubeconfig") }
 func (l layout) Kubeconfig(user string) string {
 	return filepath.Join(l.root, user+".kubeconfig")
 }
@@ -47,7 +53,17 @@ func (l layout) write(spec controlplane.Spec) error {
 			return err
 		}
 	}
-	return writeIfChanged(l.SchedulerConfig(), controlplane.SchedulerConfig(l.Kubeconfig(pki.Scheduler), false))
+	if err := writeIfChanged(l.SchedulerConfig(), controlplane.SchedulerConfig(l.Kubeconfig(pki.Scheduler), false)); err != nil {
+		return err
+	}
+	kc, err := webhookClientKubeconfig(l.PKI(pki.APIServerWebhookClientCertFile), l.PKI(pki.APIServerWebhookClientKeyFile))
+	if err != nil {
+		return err
+	}
+	if err := writeIfChanged(l.webhookKubeconfig(), kc); err != nil {
+		return err
+	}
+	return writeIfChanged(l.admissionConfig(), admissionConfig(l.webhookKubeconfig()))
 }
 
 func writeIfChanged(path string, data []byte) error {
@@ -130,6 +146,9 @@ func apiServerArgs(l layout, s controlplane.Spec) []string {
 		"--etcd-cafile="+l.PKI(pki.EtcdCACertFile),
 		"--etcd-certfile="+l.PKI(pki.APIServerEtcdClientCertFile),
 		"--etcd-keyfile="+l.PKI(pki.APIServerEtcdClientKeyFile),
+		// The API server authenticates to admission webhooks with its
+		// webhook client certificate (fke's webhooks require it).
+		"--admission-control-config-file="+l.admissionConfig(),
 	)
 	return append(args, controlplane.APIServerFlags(l, s.ServiceCIDR)...)
 }
@@ -147,6 +166,35 @@ func schedulerArgs(l layout, s controlplane.Spec) []string {
 		"--bind-address=127.0.0.1",
 		"--secure-port=" + strconv.Itoa(s.Ports.Scheduler),
 	}, controlplane.SchedulerFlags(l)...)
+}
+
+// admissionConfig configures the API server's webhook admission plugins to
+// read how to authenticate to webhooks from kubeconfig.
+func admissionConfig(kubeconfig string) []byte {
+	var b strings.Builder
+	b.WriteString("apiVersion: apiserver.config.k8s.io/v1\nkind: AdmissionConfiguration\nplugins:\n")
+	for _, plugin := range []string{"ValidatingAdmissionWebhook", "MutatingAdmissionWebhook"} {
+		b.WriteString("- name: " + plugin + "\n  configuration:\n    apiVersion: apiserver.config.k8s.io/v1\n" +
+			"    kind: WebhookAdmissionConfiguration\n    kubeConfigFile: " + kubeconfig + "\n")
+	}
+	return []byte(b.String())
+}
+
+// webhookClientKubeconfig is the kubeconfig the API server reads the
+// credentials for calling admission webhooks from: one user, "*" (every
+// webhook host; the API server reads the file once at start, before an
+// addon's port may be known), with the webhook client certificate at
+// certFile and its key at keyFile. Only a webhook that asks for a client
+// certificate gets it (the certificate: its key never leaves the API
+// server), and it grants nothing in the cluster.
+func webhookClientKubeconfig(certFile, keyFile string) ([]byte, error) {
+	cfg := clientcmdapi.NewConfig()
+	cfg.AuthInfos["*"] = &clientcmdapi.AuthInfo{ClientCertificate: certFile, ClientKey: keyFile}
+	data, err := clientcmd.Write(*cfg)
+	if err != nil {
+		return nil, fmt.Errorf("writing the webhook client kubeconfig: %w", err)
+	}
+	return data, nil
 }
 
 // componentGOGC is the Go garbage collector's target of every component
