@@ -92,7 +92,7 @@ func TestAPIServerAuthenticatesToWebhooks(t *testing.T) {
 	if err != nil {
 		t.Fatalf("the kubeconfig's certificate and the bundle's key: %v", err)
 	}
-	if kp.Cert.Subject.CommonName != pki.APIServerWebhookUser || user.ClientKey != l.pki(pki.APIServerWebhookClientKeyFile) {
+	if kp.Cert.Subject.CommonName != pki.APIServerWebhookUser || user.ClientKey != l.PKI(pki.APIServerWebhookClientKeyFile) {
 		t.Errorf("webhook client %s with key %s", kp.Cert.Subject.CommonName, user.ClientKey)
 	}
 }
