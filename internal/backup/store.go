@@ -163,11 +163,12 @@ func Download(ctx context.Context, r Remote, name string, d Dir, wantSHA256 stri
 		return Snapshot{}, fmt.Errorf("downloading %s: %w", r.DataKey(name), err)
 	}
 	defer rc.Close()
-	tmp := d.File(name) + ".download"
-	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o600)
+	// A file of its own: another restore may download the same snapshot.
+	f, err := os.CreateTemp(string(d), name+".download-*")
 	if err != nil {
 		return Snapshot{}, err
 	}
+	tmp := f.Name()
 	h := sha256.New()
 	// One byte more than recorded is enough to tell a longer object.
 	n, err := io.Copy(io.MultiWriter(f, h), io.LimitReader(rc, s.Size+1))
