@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -217,6 +218,9 @@ func TestClusterUpgrade(t *testing.T) {
 	})
 
 	t.Run("a manager killed in the middle of an upgrade finishes it once restarted", func(t *testing.T) {
+		if os.Getenv("FKE_TEST_UPGRADE_RESTART") == "" {
+			t.Skip("not yet part of the suite (it has not run on this machine): set FKE_TEST_UPGRADE_RESTART=1")
+		}
 		upgradeAcrossManagerRestart(t, e, "later", old, cur)
 	})
 }
