@@ -218,6 +218,7 @@ func Run(ctx context.Context, opts Options) error {
 		return fmt.Errorf("setting up node pool controller: %w", err)
 	}
 	tenants.AddNodeHandler(machines.NodeHandler)
+	tenants.AddConnectHandler(machines.ClusterConnected)
 	tenants.AddNodeHandler(pools.NodeHandler)
 	tenants.AddPodHandler(pools.PodHandler)
 	scaler := &autoscaler.Reconciler{Client: mgr.GetClient(), Tenants: tenants, Recorder: mgr.GetEventRecorder("fke-autoscaler"), Booked: provreq.BookedPods}

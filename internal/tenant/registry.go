@@ -33,6 +33,12 @@ type NodeHandler func(clusterKey string, node *corev1.Node)
 // PodHandler is told about every change of a Pod in a tenant cluster.
 type PodHandler func(clusterKey string, pod *corev1.Pod)
 
+// ConnectHandler is told, in a goroutine of its own, each time the registry
+// connects to a tenant cluster (its API server serves and its caches have
+// synced): work that waited for that API server can go on at once instead of
+// at its next retry.
+type ConnectHandler func(clusterKey string)
+
 // Tenant is a connection to one tenant cluster.
 type Tenant struct {
 	Key string
@@ -57,6 +63,7 @@ type Registry struct {
 	kubeconfig KubeconfigSource
 	onNode     []NodeHandler
 	onPod      []PodHandler
+	onConnect  []ConnectHandler
 	log        *slog.Logger
 
 	mu      sync.Mutex
@@ -80,6 +87,13 @@ func (r *Registry) AddPodHandler(h PodHandler) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.onPod = append(r.onPod, h)
+}
+
+// AddConnectHandler attaches h to connections made from now on.
+func (r *Registry) AddConnectHandler(h ConnectHandler) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.onConnect = append(r.onConnect, h)
 }
 
 // Connected returns the Tenant of key if this registry is connected to it,
@@ -156,6 +170,9 @@ func (r *Registry) Get(ctx context.Context, key string) (*Tenant, error) {
 	}
 	r.tenants[key] = t
 	r.log.Info("connected to tenant cluster", "cluster", key, "host", cfg.Host)
+	for _, h := range r.onConnect {
+		go h(key)
+	}
 	return t, nil
 }
 

@@ -108,6 +108,27 @@ func (r *Reconciler) NodeHandler(clusterKey string, node *corev1.Node) {
 	after(NodeSettle, send)
 }
 
+// ClusterConnected reconciles every machine of the cluster with key (see
+// tenant.ConnectHandler).
+func (r *Reconciler) ClusterConnected(clusterKey string) {
+	ns, name, err := toolscache.SplitMetaNamespaceKey(clusterKey)
+	if err != nil || ns == "" {
+		return
+	}
+	var list fkev1.MachineList
+	if err := r.Client.List(context.Background(), &list, client.InNamespace(ns), client.MatchingLabels{fkev1.LabelCluster: name}); err != nil {
+		return // the periodic requeue catches up
+	}
+	for i := range list.Items {
+		m := &fkev1.Machine{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: list.Items[i].Name}}
+		select {
+		case r.NodeEvents <- event.GenericEvent{Object: m}:
+		default:
+			return
+		}
+	}
+}
+
 // Reconcile brings one Machine to its spec.
 func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.Result, err error) {
 	m := &fkev1.Machine{}
@@ -160,8 +181,13 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.
 	}
 	t, err := r.Tenants.Get(ctx, client.ObjectKeyFromObject(cl).String())
 	if err != nil {
-		setCondition(m, fkev1.ConditionReady, metav1.ConditionUnknown, fkev1.ReasonInternalError, err.Error())
-		return ctrl.Result{}, err
+		// The tenant API server does not serve (yet): after a manager
+		// restart it is being started again. Retry at a steady pace, not
+		// with an error's growing backoff, which would leave the machine
+		// waiting seconds after the API server is back; ClusterConnected
+		// wakes it as soon as the registry connects.
+		setCondition(m, fkev1.ConditionReady, metav1.ConditionUnknown, fkev1.ReasonClusterNotReady, "cannot reach the cluster's API server: "+err.Error())
+		return ctrl.Result{RequeueAfter: requeueNotReady}, nil
 	}
 	pc := r.providerCluster(cl, t)
 
