@@ -70,6 +70,14 @@ type Reconciler struct {
 	decisions chan decisionRecord
 	// resizer writes the pools' sizes the passes decide, off the pass.
 	resizer *resizer
+	// owners follow each tenant's pod controllers (under mu).
+	owners map[string]trackedOwners
+}
+
+// trackedOwners is the owner tracker of one tenant connection.
+type trackedOwners struct {
+	t *tenant.Tenant
+	o *ownerTracker
 }
 
 // decisionRecord is a resize of a pool to record in its status; np is the
@@ -113,6 +121,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		r.Events = make(chan event.GenericEvent, 4096)
 	}
 	r.states = map[string]*clusterState{}
+	r.owners = map[string]trackedOwners{}
 	r.podEvents = make(chan podEventReq, 10000)
 	r.decisions = make(chan decisionRecord, 1024)
 	r.resizer = newResizer(r.Client, r.Clock)
@@ -227,6 +236,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		if apierrors.IsNotFound(err) {
 			r.mu.Lock()
 			delete(r.states, key)
+			delete(r.owners, key)
 			r.mu.Unlock()
 		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
@@ -259,6 +269,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	snap.PDBs = in.pdbs
 	snap.Memo = st.memo
 	snap.Booked = in.booked
+	snap.LeavingOwners = in.leaving
 	unschedulablePods.WithLabelValues(key).Set(float64(len(snap.Pending)))
 	r.mu.Lock()
 	st.pending = len(snap.Pending)
@@ -318,6 +329,7 @@ type input struct {
 	pods     PodGroups
 	pdbs     []policyv1.PodDisruptionBudget
 	booked   []*corev1.Pod
+	leaving  map[types.UID]time.Time
 }
 
 func (r *Reconciler) gather(ctx context.Context, cl *fkev1.Cluster) (*input, error) {
@@ -372,7 +384,34 @@ func (r *Reconciler) gather(ctx context.Context, cl *fkev1.Cluster) (*input, err
 		return nil, fmt.Errorf("listing pod disruption budgets: %w", err)
 	}
 	in.pdbs = pdbs.Items
+	if o := r.ownerTracker(ctx, t); o != nil {
+		in.leaving = o.Leaving()
+	}
 	return in, nil
+}
+
+// ownerTracker returns the tracker of t's pod controllers, made and
+// synced on first use; nil (logged) when it cannot watch them, and the
+// pass goes on counting only pods that are already terminating.
+func (r *Reconciler) ownerTracker(ctx context.Context, t *tenant.Tenant) *ownerTracker {
+	r.mu.Lock()
+	tr, ok := r.owners[t.Key]
+	r.mu.Unlock()
+	if ok && tr.t == t {
+		return tr.o
+	}
+	o := newOwnerTracker(r.Clock)
+	if err := o.watch(ctx, t.Cache); err != nil {
+		logr.FromContextOrDiscard(ctx).Error(err, "cannot follow pod controllers; only terminating pods count as leaving", "cluster", t.Key)
+		return nil
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.owners == nil {
+		r.owners = map[string]trackedOwners{}
+	}
+	r.owners[t.Key] = trackedOwners{t: t, o: o}
+	return o
 }
 
 // applyScaleUp asks for the pools' new sizes; pods and pools are told why

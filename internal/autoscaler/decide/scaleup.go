@@ -8,6 +8,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
 )
 
 // Reasons a pool cannot take more nodes.
@@ -20,6 +21,7 @@ const (
 	reasonGPUPoolForCPU  = "pool has GPUs and the pod requests none (a non-GPU pool fits it)"
 	reasonNoPools        = "no node pools"
 	reasonPodTerminating = "pod is being deleted"
+	reasonOwnerLeaving   = "pod's controller is being deleted"
 	reasonPodGated       = "pod has scheduling gates"
 )
 
@@ -29,8 +31,9 @@ const (
 // age), on free room of ready nodes and on the pool's upcoming machines
 // (simulated from the template); those trigger nothing. Pods that fit none
 // of it are then placed, in the same order, on the room that pods
-// terminating on ready nodes will free, counting only terminating pods
-// before their deadline (TerminationDeadline): those wait for that room
+// terminating on ready nodes, or whose controller is leaving
+// (Snapshot.LeavingOwners), will free, counting only those pods before
+// their deadline (LeavingDeadline): those wait for that room
 // (Schedulable, AwaitsTermination) and trigger nothing either. For the rest, each
 // eligible pool (has a template, not backing off, below MaxSize and the
 // cluster limits) packs them into new template nodes, first-fit decreasing by
@@ -45,6 +48,7 @@ func ScaleUp(s Snapshot, pools []Pool, e Expander, now time.Time) ScaleUpPlan {
 	w := newWorld(s.Namespaces, true, s.Memo)
 	w.lazy = true
 	w.now = now
+	w.leaving = s.LeavingOwners
 	for i := range s.Nodes {
 		ni := &s.Nodes[i]
 		if ni.Node == nil || ni.Deleting {
@@ -89,7 +93,7 @@ func ScaleUp(s Snapshot, pools []Pool, e Expander, now time.Time) ScaleUpPlan {
 	// Pods only gain nodes from here to grow: equivalent pods may skip the
 	// nodes that already turned one of them down (see fitCursor).
 	w.cursors = map[string]*fitCursor{}
-	for _, pi := range preparePending(s.Pending, &plan) {
+	for _, pi := range preparePending(s.Pending, s.LeavingOwners, now, &plan) {
 		if pi.invalid != "" {
 			plan.Warnings = append(plan.Warnings, fmt.Sprintf("pod %s: %s", pi.key(), pi.invalid))
 			plan.NotTriggerScaleUp = append(plan.NotTriggerScaleUp, PodReason{Pod: pi.pod, Reason: pi.invalid})
@@ -109,8 +113,10 @@ func ScaleUp(s Snapshot, pools []Pool, e Expander, now time.Time) ScaleUpPlan {
 }
 
 // preparePending parses the pending pods in scheduling-queue order, leaving
-// out (with a reason) pods that are not really waiting for a node.
-func preparePending(pending []*corev1.Pod, plan *ScaleUpPlan) []*podInfo {
+// out (with a reason) pods that are not really waiting for a node: pods
+// being deleted, pods whose controller is leaving (before their deadline
+// at now, see LeavingDeadline) and gated pods.
+func preparePending(pending []*corev1.Pod, leaving map[types.UID]time.Time, now time.Time, plan *ScaleUpPlan) []*podInfo {
 	out := make([]*podInfo, 0, len(pending))
 	for _, p := range pending {
 		switch {
@@ -118,6 +124,9 @@ func preparePending(pending []*corev1.Pod, plan *ScaleUpPlan) []*podInfo {
 			continue
 		case p.DeletionTimestamp != nil:
 			plan.NotTriggerScaleUp = append(plan.NotTriggerScaleUp, PodReason{Pod: p, Reason: reasonPodTerminating})
+			continue
+		case ownerLeaving(p, leaving, now):
+			plan.NotTriggerScaleUp = append(plan.NotTriggerScaleUp, PodReason{Pod: p, Reason: reasonOwnerLeaving})
 			continue
 		case len(p.Spec.SchedulingGates) > 0:
 			plan.NotTriggerScaleUp = append(plan.NotTriggerScaleUp, PodReason{Pod: p, Reason: reasonPodGated})
@@ -133,6 +142,13 @@ func preparePending(pending []*corev1.Pod, plan *ScaleUpPlan) []*podInfo {
 		return out[i].pod.CreationTimestamp.Before(&out[j].pod.CreationTimestamp)
 	})
 	return out
+}
+
+// ownerLeaving reports whether p's controller is leaving and p's deadline
+// is after now.
+func ownerLeaving(p *corev1.Pod, leaving map[types.UID]time.Time, now time.Time) bool {
+	d, ok := LeavingDeadline(p, leaving)
+	return ok && d.After(now)
 }
 
 func podPriority(p *corev1.Pod) int32 {

@@ -4,6 +4,8 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 )
 
 // TerminationMargin is added to a terminating pod's deletionTimestamp to
@@ -12,6 +14,10 @@ import (
 // the pod's grace period; the margin covers the kubelet (or kwok) noticing
 // the deletion, killing the containers and removing the pod object.
 const TerminationMargin = 15 * time.Second
+
+// defaultGracePeriod is the API server's default
+// terminationGracePeriodSeconds of a pod.
+const defaultGracePeriod = 30 * time.Second
 
 // TerminationDeadline returns when terminating pod p is expected to be
 // gone (deletionTimestamp + TerminationMargin), and false when p is not
@@ -23,22 +29,49 @@ func TerminationDeadline(p *corev1.Pod) (time.Time, bool) {
 	return p.DeletionTimestamp.Add(TerminationMargin), true
 }
 
-// freeing is the room the terminating pods of a ready node will free: the
-// sum of their requests and the earliest of their deadlines. Only pods
-// whose deadline is after now count; a pod past its deadline holds its room
-// as any bound pod does.
+// LeavingDeadline returns when pod p is expected to be gone: its
+// TerminationDeadline when it is terminating; else, when its controller
+// (the owner reference with controller: true) is in leaving (see
+// Snapshot.LeavingOwners), the time the controller started leaving plus
+// the pod's grace period (terminationGracePeriodSeconds, 30 s when unset)
+// plus TerminationMargin, as if the garbage collector had deleted the pod
+// at that time. False when p is neither.
+func LeavingDeadline(p *corev1.Pod, leaving map[types.UID]time.Time) (time.Time, bool) {
+	if d, ok := TerminationDeadline(p); ok || p == nil || len(leaving) == 0 {
+		return d, ok
+	}
+	ref := metav1.GetControllerOfNoCopy(p)
+	if ref == nil {
+		return time.Time{}, false
+	}
+	since, ok := leaving[ref.UID]
+	if !ok {
+		return time.Time{}, false
+	}
+	grace := defaultGracePeriod
+	if s := p.Spec.TerminationGracePeriodSeconds; s != nil && *s >= 0 {
+		grace = time.Duration(*s) * time.Second
+	}
+	return since.Add(grace + TerminationMargin), true
+}
+
+// freeing is the room the leaving pods of a ready node will free (pods
+// that are terminating or whose controller is leaving, see
+// LeavingDeadline): the sum of their requests and the earliest of their
+// deadlines. Only pods whose deadline is after now count; a pod past its
+// deadline holds its room as any bound pod does.
 type freeing struct {
 	req   resources
 	until time.Time
 }
 
 // noteTerminating records bound pod pi (loaded on n) in n's freeing room
-// when it is terminating and before its deadline at w.now.
+// when it is leaving and before its deadline at w.now.
 func (w *world) noteTerminating(n *simNode, pi *podInfo) {
 	if w.now.IsZero() {
 		return
 	}
-	deadline, ok := TerminationDeadline(pi.pod)
+	deadline, ok := LeavingDeadline(pi.pod, w.leaving)
 	if !ok || !deadline.After(w.now) {
 		return
 	}
@@ -64,7 +97,7 @@ func (w *world) releaseTerminating() bool {
 		if !n.target || n.gone {
 			continue
 		}
-		if !n.loaded && !anyTerminating(n.raw) {
+		if !n.loaded && !w.anyLeaving(n.raw) {
 			continue
 		}
 		w.load(n)
@@ -78,9 +111,13 @@ func (w *world) releaseTerminating() bool {
 	return released
 }
 
-func anyTerminating(pods []*corev1.Pod) bool {
+// anyLeaving reports whether one of pods is leaving and not finished.
+func (w *world) anyLeaving(pods []*corev1.Pod) bool {
 	for _, p := range pods {
-		if p != nil && p.DeletionTimestamp != nil && !isFinished(p) {
+		if p == nil || isFinished(p) {
+			continue
+		}
+		if _, ok := LeavingDeadline(p, w.leaving); ok {
 			return true
 		}
 	}

@@ -9,6 +9,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 )
 
 // deleting marks a pod terminating with the given deletionTimestamp (the
@@ -253,5 +254,184 @@ func TestTerminationDeadline(t *testing.T) {
 	got, ok := TerminationDeadline(mkPod("p", 1, 1, 0, deleting(t0)))
 	if !ok || !got.Equal(t0.Add(TerminationMargin)) {
 		t.Errorf("deadline = %v, %v; want %v", got, ok, t0.Add(TerminationMargin))
+	}
+}
+
+// ownedBy makes the pod's controller the given UID.
+func ownedBy(uid string) podOpt { return podOwner("ReplicaSet", uid) }
+
+// TestScaleUpAwaitsPodsOfLeavingControllers: pods whose controller is
+// leaving (Snapshot.LeavingOwners: deleted, or being deleted in the
+// foreground, before the garbage collector marks its pods) count as
+// terminating from the time it left: their room waits for pending pods
+// until that time plus their grace period plus the margin, and pending
+// pods of a leaving controller trigger nothing.
+func TestScaleUpAwaitsPodsOfLeavingControllers(t *testing.T) {
+	left := t0.Add(-time.Second)                                      // deadline t0+44s (30 s grace)
+	longAgo := t0.Add(-defaultGracePeriod - TerminationMargin)        // deadline == now: passed
+	justInTime := t0.Add(-defaultGracePeriod - TerminationMargin + 1) // deadline 1 ns after now
+	full := func(name string, n int, gpus int64, opts ...podOpt) []*corev1.Pod {
+		return mkPods(name, n, 100, 128, gpus, append([]podOpt{tolerateGPU()}, opts...)...)
+	}
+	grace := func(s int64) podOpt { return func(p *corev1.Pod) { p.Spec.TerminationGracePeriodSeconds = &s } }
+	notController := func(p *corev1.Pod) { p.OwnerReferences[0].Controller = nil }
+	tests := []struct {
+		name    string
+		pending []*corev1.Pod
+		nodes   []NodeInfo
+		leaving map[types.UID]time.Time
+		want    string // increases
+		sched   string // awaiting(plan)
+		recheck time.Time
+		reasons map[string]string // pod -> reason, for pods that trigger nothing
+	}{
+		{
+			name:    "controller gone, pods not yet terminating: the new pod waits for their room",
+			pending: full("new", 1, 1, ownedBy("new-rs")),
+			nodes:   []NodeInfo{named(gpuNode("", full("old", 8, 1, ownedBy("old-rs"))...), "a")},
+			leaving: map[types.UID]time.Time{"old-rs": left},
+			sched:   "new-0~a",
+			recheck: left.Add(defaultGracePeriod + TerminationMargin),
+		},
+		{
+			name:    "without the controller listed the pods hold their room: scale-up",
+			pending: full("new", 1, 1, ownedBy("new-rs")),
+			nodes:   []NodeInfo{named(gpuNode("", full("old", 8, 1, ownedBy("old-rs"))...), "a")},
+			want:    "gpu+1",
+		},
+		{
+			name:    "another controller leaving frees nothing here",
+			pending: full("new", 1, 1, ownedBy("new-rs")),
+			nodes:   []NodeInfo{named(gpuNode("", full("old", 8, 1, ownedBy("old-rs"))...), "a")},
+			leaving: map[types.UID]time.Time{"other-rs": left},
+			want:    "gpu+1",
+		},
+		{
+			name:    "an owner reference that is not the controller does not count",
+			pending: full("new", 1, 1, ownedBy("new-rs")),
+			nodes:   []NodeInfo{named(gpuNode("", full("old", 8, 1, ownedBy("old-rs"), notController)...), "a")},
+			leaving: map[types.UID]time.Time{"old-rs": left},
+			want:    "gpu+1",
+		},
+		{
+			name:    "pods without a controller never count before they terminate",
+			pending: full("new", 1, 1, ownedBy("new-rs")),
+			nodes:   []NodeInfo{named(gpuNode("", full("old", 8, 1, bare())...), "a")},
+			leaving: map[types.UID]time.Time{"rs-uid": left},
+			want:    "gpu+1",
+		},
+		{
+			name:    "the deadline follows the pod's grace period",
+			pending: full("new", 1, 1, ownedBy("new-rs")),
+			nodes:   []NodeInfo{named(gpuNode("", full("old", 8, 1, ownedBy("old-rs"), grace(300))...), "a")},
+			leaving: map[types.UID]time.Time{"old-rs": left},
+			sched:   "new-0~a",
+			recheck: left.Add(300*time.Second + TerminationMargin),
+		},
+		{
+			name:    "left long ago and still there: the pods hold their room (Cluster Autoscaler)",
+			pending: full("new", 1, 1, ownedBy("new-rs")),
+			nodes:   []NodeInfo{named(gpuNode("", full("old", 8, 1, ownedBy("old-rs"))...), "a")},
+			leaving: map[types.UID]time.Time{"old-rs": longAgo},
+			want:    "gpu+1",
+		},
+		{
+			name:    "one nanosecond before the deadline the room still counts",
+			pending: full("new", 1, 1, ownedBy("new-rs")),
+			nodes:   []NodeInfo{named(gpuNode("", full("old", 8, 1, ownedBy("old-rs"))...), "a")},
+			leaving: map[types.UID]time.Time{"old-rs": justInTime},
+			sched:   "new-0~a",
+			recheck: justInTime.Add(defaultGracePeriod + TerminationMargin),
+		},
+		{
+			name:    "a pod already terminating keeps its own deadline",
+			pending: full("new", 1, 1, ownedBy("new-rs")),
+			nodes:   []NodeInfo{named(gpuNode("", full("old", 8, 1, ownedBy("old-rs"), deleting(t0.Add(5*time.Second)))...), "a")},
+			leaving: map[types.UID]time.Time{"old-rs": left},
+			sched:   "new-0~a",
+			recheck: t0.Add(5*time.Second + TerminationMargin),
+		},
+		{
+			name:    "a pending pod of a leaving controller triggers nothing",
+			pending: full("stale", 1, 1, ownedBy("old-rs")),
+			nodes:   []NodeInfo{named(gpuNode("", full("run", 8, 1, ownedBy("keep-rs"))...), "a")},
+			leaving: map[types.UID]time.Time{"old-rs": left},
+			reasons: map[string]string{"stale-0": reasonOwnerLeaving},
+		},
+		{
+			name:    "a pending pod whose controller left long ago triggers a scale-up",
+			pending: full("stale", 1, 1, ownedBy("old-rs")),
+			nodes:   []NodeInfo{named(gpuNode("", full("run", 8, 1, ownedBy("keep-rs"))...), "a")},
+			leaving: map[types.UID]time.Time{"old-rs": longAgo},
+			want:    "gpu+1",
+		},
+		{
+			name:    "rollout: 40 new pods wait for the 40 pods of a deleted ReplicaSet on 5 nodes",
+			pending: full("new", 40, 1, ownedBy("new-rs")),
+			nodes: func() []NodeInfo {
+				var out []NodeInfo
+				for i := range 5 {
+					out = append(out, named(gpuNode("", full(fmt.Sprintf("old-%d", i), 8, 1, ownedBy("old-rs"))...), fmt.Sprintf("n%d", i)))
+				}
+				return out
+			}(),
+			leaving: map[types.UID]time.Time{"old-rs": left},
+			recheck: left.Add(defaultGracePeriod + TerminationMargin),
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			for _, memo := range []*Memo{nil, NewMemo()} {
+				pools := []Pool{gpuPool("gpu", 8, len(tt.nodes), 10)}
+				plan := ScaleUp(Snapshot{Nodes: tt.nodes, Pending: tt.pending, LeavingOwners: tt.leaving, Memo: memo}, pools, Expander{}, t0)
+				if got := increases(plan); got != tt.want {
+					t.Errorf("increases = %q, want %q (reasons %v)", got, tt.want, reasonsOf(plan))
+				}
+				got := awaiting(plan)
+				if strings.HasPrefix(tt.name, "rollout: ") {
+					if n := strings.Count(got, "~"); n != 40 || strings.Contains(got, "@") {
+						t.Errorf("schedulable = %q, want 40 pods awaiting termination", got)
+					}
+				} else if got != tt.sched {
+					t.Errorf("schedulable = %q, want %q", got, tt.sched)
+				}
+				if !plan.RecheckAt.Equal(tt.recheck) {
+					t.Errorf("RecheckAt = %v, want %v", plan.RecheckAt, tt.recheck)
+				}
+				for pod, reason := range tt.reasons {
+					if r := reasonsOf(plan)[pod]; r != reason {
+						t.Errorf("reason of %s = %q, want %q", pod, r, reason)
+					}
+				}
+			}
+		})
+	}
+}
+
+// TestLeavingDeadline: a terminating pod's deadline is its own; a pod of
+// a leaving controller gets the time the controller left plus its grace
+// period plus the margin; others have none.
+func TestLeavingDeadline(t *testing.T) {
+	leaving := map[types.UID]time.Time{"old-rs": t0}
+	zero := func(p *corev1.Pod) { var s int64; p.Spec.TerminationGracePeriodSeconds = &s }
+	tests := []struct {
+		name string
+		pod  *corev1.Pod
+		want time.Time // zero: none
+	}{
+		{"not terminating, controller present", mkPod("p", 1, 1, 0, ownedBy("live-rs")), time.Time{}},
+		{"controller leaving, default grace", mkPod("p", 1, 1, 0, ownedBy("old-rs")), t0.Add(45 * time.Second)},
+		{"controller leaving, grace 0", mkPod("p", 1, 1, 0, ownedBy("old-rs"), zero), t0.Add(TerminationMargin)},
+		{"terminating wins over the controller", mkPod("p", 1, 1, 0, ownedBy("old-rs"), deleting(t0.Add(time.Hour))), t0.Add(time.Hour + TerminationMargin)},
+		{"no controller", mkPod("p", 1, 1, 0, bare()), time.Time{}},
+		{"nil pod", nil, time.Time{}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, ok := LeavingDeadline(tt.pod, leaving)
+			if ok != !tt.want.IsZero() || !got.Equal(tt.want) {
+				t.Errorf("LeavingDeadline = %v, %v; want %v", got, ok, tt.want)
+			}
+		})
 	}
 }

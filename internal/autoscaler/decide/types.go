@@ -27,6 +27,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
+	"k8s.io/apimachinery/pkg/types"
 )
 
 // Defaults applied when a Pool leaves the corresponding field zero.
@@ -170,6 +171,16 @@ type Snapshot struct {
 	// take that room and the nodes holding it are not scaled down. Each
 	// carries the consume-provisioning-request annotation naming its request.
 	Booked []*corev1.Pod
+	// LeavingOwners maps the UID of a controller (a ReplicaSet, Job, ...)
+	// whose pods the garbage collector is about to delete to the time it
+	// started leaving: it was deleted, or is being deleted without
+	// orphaning its dependents, or its own controller is (a deleted
+	// Deployment's ReplicaSet). Scale-up counts a pod whose controller is
+	// listed as terminating from that time (LeavingDeadline): the room of
+	// a bound one will be freed, and a pending one triggers nothing. A
+	// controller that is orphaning its dependents must not be listed.
+	// Optional: without it only pods already terminating count.
+	LeavingOwners map[types.UID]time.Time
 	// Memo, optional, keeps parsed bound pods between calls (see Memo); it
 	// makes repeated calls on a large, slowly changing cluster cheaper and
 	// never changes their result.
@@ -215,8 +226,8 @@ type PodPlacement struct {
 	// Upcoming is true when the node is an upcoming machine of a pool.
 	Upcoming bool
 	// AwaitsTermination is true when the pod fits the node only once pods
-	// terminating there are gone (before their deadline, see
-	// TerminationDeadline).
+	// terminating or leaving there are gone (before their deadline, see
+	// LeavingDeadline).
 	AwaitsTermination bool
 }
 

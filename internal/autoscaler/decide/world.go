@@ -8,6 +8,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
 
 	provreqv1 "fke.dev/fke/internal/autoscaler/provreq/v1"
 )
@@ -81,9 +82,11 @@ type world struct {
 	// cursors, when not nil, are findNode's per-group cursors (only while
 	// nodes only gain pods).
 	cursors map[string]*fitCursor
-	// now, when set (scale-up), is the time terminating pods' deadlines are
-	// compared with (see noteTerminating).
-	now time.Time
+	// now, when set (scale-up), is the time leaving pods' deadlines are
+	// compared with (see noteTerminating); leaving is
+	// Snapshot.LeavingOwners.
+	now     time.Time
+	leaving map[types.UID]time.Time
 }
 
 // newWorld makes an empty world; memo may be nil.
