@@ -250,7 +250,7 @@ func nodeRSSMB(b *testing.B, node string) (total float64, byBinary map[string]fl
 		pss += pssMB(pid)
 		bin := filepath.Base(strings.Split(string(cmdline), "\x00")[0])
 		byBinary[bin] += mb
-		names = append(names, fmt.Sprintf("%s %.0f MB", bin, mb))
+		names = append(names, fmt.Sprintf("%s %.0f MB (anon %.0f)", bin, mb, procKB(pid, "status", "RssAnon:")/1024))
 	}
 	return total, byBinary, strings.Join(names, ", "), pss
 }

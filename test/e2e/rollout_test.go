@@ -8,12 +8,14 @@ import (
 	"testing"
 	"time"
 
+	admissionv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -23,12 +25,14 @@ import (
 )
 
 // TestAutoscalerRolloutWaitsForTerminatingPods: 40 pods × 1 GPU fill 5
-// gpu-h100x8 nodes. The Deployment is deleted and created again at once,
-// before the garbage collector has marked the old pods terminating, and
-// they stay Terminating for 20 s (as pods whose containers take that long
-// to stop; their deadline is 30 s of grace plus the margin): the new pods
-// wait for the room the old ones free (Nominated), the pool never grows
-// past 5 machines, and all 40 new pods run.
+// gpu-h100x8 nodes. The Deployment is deleted and created again at once;
+// the garbage collector's deletes of the old pods are held until the new
+// pods were found waiting (their controller is gone, so they count as
+// leaving), then the old pods stay Terminating for 20 s (as pods whose
+// containers take that long to stop; their deadline is 30 s of grace plus
+// the margin): the new pods wait for the room the old ones free
+// (Nominated), the pool never grows past 5 machines, and all 40 new pods
+// run.
 func TestAutoscalerRolloutWaitsForTerminatingPods(t *testing.T) {
 	const (
 		replicas = 40
@@ -60,41 +64,48 @@ func TestAutoscalerRolloutWaitsForTerminatingPods(t *testing.T) {
 	for _, p := range old.Items {
 		oldUIDs[p.UID] = true
 	}
+	// The garbage collector marks the old pods terminating about a second
+	// after the Deployment is deleted; whether a new pod is pending in that
+	// window is luck. Its deletes of pods are refused until the new pods
+	// were seen waiting, so the window is long and sure: the old pods'
+	// controller is gone and none of them is terminating yet.
+	release := holdGarbageCollectorPodDeletes(t, e.TenantConfig("demo"), cs, old.Items[0].Name)
 	peak := watchMachines(t, e.Client(), "gpu")
 	start := time.Now()
 	if err := cs.AppsV1().Deployments("default").Delete(ctx, "roll", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	// Created again at once: the garbage collector has not marked the old
-	// pods terminating yet (it does within a second or so), but their
-	// controller is gone, so they count as leaving from now.
 	testenv.Eventually(t, 30*time.Second, "creating deployment roll again", func() error {
 		_, err := cs.AppsV1().Deployments("default").Create(ctx, rolloutDeployment("roll", replicas, stopTime), metav1.CreateOptions{})
 		return err
 	})
-	if pods, err := cs.CoreV1().Pods("default").List(ctx, metav1.ListOptions{LabelSelector: "app=roll"}); err == nil {
-		live := 0
-		for _, p := range pods.Items {
-			if oldUIDs[p.UID] && p.DeletionTimestamp == nil {
-				live++
-			}
-		}
-		t.Logf("deployment created again %s after the delete; %d of %d old pods not yet terminating", time.Since(start).Round(time.Millisecond), live, replicas)
-	}
-	// The case only means something if new pods found the nodes full of
-	// terminating ones: they must be told they wait for that room.
-	testenv.Eventually(t, 60*time.Second, "a new pod Nominated to the room of terminating pods", func() error {
-		evs, err := cs.CoreV1().Events("default").List(ctx, metav1.ListOptions{FieldSelector: "reason=Nominated"})
+	// New pods find the nodes full of old pods, none of them terminating:
+	// they must be told they wait for the room of those pods, whose
+	// controller is gone, and trigger no scale-up.
+	testenv.Eventually(t, 60*time.Second, "the autoscaler's decision for the new pods", func() error {
+		nominated, triggered, err := newPodEvents(cs, oldUIDs)
 		if err != nil {
 			return err
 		}
-		for _, ev := range evs.Items {
-			if strings.Contains(ev.Message, "terminating") {
-				return nil
-			}
+		if triggered > 0 {
+			return nil // the check below fails
 		}
-		return fmt.Errorf("%d Nominated events, none about terminating pods", len(evs.Items))
+		if nominated == 0 {
+			return fmt.Errorf("no new pod Nominated to the room of the old pods yet")
+		}
+		return nil
 	})
+	if _, triggered, err := newPodEvents(cs, oldUIDs); err != nil || triggered > 0 {
+		t.Fatalf("new pods triggered %d scale-ups while the old pods' room was coming (%v)", triggered, err)
+	}
+	if n := terminating(t, cs, oldUIDs); n != 0 {
+		t.Fatalf("%d old pods terminating while the garbage collector is held", n)
+	}
+	if got := peak(); got != nodes {
+		t.Fatalf("the pool reached %d machines before any old pod was terminating, want %d (no surplus)", got, nodes)
+	}
+	t.Logf("new pods Nominated %.1fs after the delete, no old pod terminating yet", time.Since(start).Seconds())
+	release()
 	testenv.Eventually(t, 120*time.Second, "the 40 new pods Running, the old ones gone", func() error {
 		return rolloutRunning(cs, "app=roll", replicas, oldUIDs)
 	})
@@ -106,6 +117,112 @@ func TestAutoscalerRolloutWaitsForTerminatingPods(t *testing.T) {
 		t.Fatalf("GPU pool has %d nodes after the rollout, want %d", n, nodes)
 	}
 	t.Logf("rollout of %d pods: all Running %.1fs after the delete (old pods took %s to stop)", replicas, took.Seconds(), stopTime)
+}
+
+// gcUser is the garbage collector's user (kube-controller-manager runs
+// with --use-service-account-credentials).
+const gcUser = "system:serviceaccount:kube-system:generic-garbage-collector"
+
+// holdGarbageCollectorPodDeletes makes the tenant's API server refuse the
+// garbage collector's deletes of pods, with a ValidatingAdmissionPolicy
+// whose parameter is a ConfigMap: it returns once such a delete (a dry run
+// of pod probe as the garbage collector) is refused, and the function it
+// returns lets the deletes through again (the policy applies only while
+// its ConfigMap exists).
+func holdGarbageCollectorPodDeletes(t *testing.T, cfg *rest.Config, cs kubernetes.Interface, probe string) (release func()) {
+	t.Helper()
+	ctx := context.Background()
+	param := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "hold-gc"}}
+	if _, err := cs.CoreV1().ConfigMaps("default").Create(ctx, param, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	policy := &admissionv1.ValidatingAdmissionPolicy{
+		ObjectMeta: metav1.ObjectMeta{Name: "hold-gc"},
+		Spec: admissionv1.ValidatingAdmissionPolicySpec{
+			FailurePolicy: ptr.To(admissionv1.Fail),
+			ParamKind:     &admissionv1.ParamKind{APIVersion: "v1", Kind: "ConfigMap"},
+			MatchConstraints: &admissionv1.MatchResources{ResourceRules: []admissionv1.NamedRuleWithOperations{{
+				RuleWithOperations: admissionv1.RuleWithOperations{
+					Operations: []admissionv1.OperationType{admissionv1.Delete},
+					Rule:       admissionv1.Rule{APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"pods"}},
+				},
+			}}},
+			Validations: []admissionv1.Validation{{
+				Expression: fmt.Sprintf("request.userInfo.username != %q", gcUser),
+				Message:    "the test holds the garbage collector's pod deletes",
+			}},
+		},
+	}
+	if _, err := cs.AdmissionregistrationV1().ValidatingAdmissionPolicies().Create(ctx, policy, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	binding := &admissionv1.ValidatingAdmissionPolicyBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: "hold-gc"},
+		Spec: admissionv1.ValidatingAdmissionPolicyBindingSpec{
+			PolicyName:        "hold-gc",
+			ParamRef:          &admissionv1.ParamRef{Name: "hold-gc", Namespace: "default", ParameterNotFoundAction: ptr.To(admissionv1.AllowAction)},
+			ValidationActions: []admissionv1.ValidationAction{admissionv1.Deny},
+		},
+	}
+	if _, err := cs.AdmissionregistrationV1().ValidatingAdmissionPolicyBindings().Create(ctx, binding, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	gcCfg := rest.CopyConfig(cfg)
+	gcCfg.Impersonate = rest.ImpersonationConfig{UserName: gcUser}
+	gc, err := kubernetes.NewForConfig(gcCfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 30*time.Second, "the garbage collector's pod deletes refused", func() error {
+		err := gc.CoreV1().Pods("default").Delete(ctx, probe, metav1.DeleteOptions{DryRun: []string{metav1.DryRunAll}})
+		if err != nil && strings.Contains(err.Error(), "holds the garbage collector") {
+			return nil
+		}
+		return fmt.Errorf("dry-run delete as the garbage collector: %v", err)
+	})
+	return func() {
+		if err := cs.CoreV1().ConfigMaps("default").Delete(ctx, "hold-gc", metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// newPodEvents counts the new pods (not in old) told they wait for the
+// room of terminating (or leaving) pods, and the TriggeredScaleUp events of
+// new pods.
+func newPodEvents(cs kubernetes.Interface, old map[types.UID]bool) (nominated, triggered int, err error) {
+	evs, err := cs.CoreV1().Events("default").List(context.Background(), metav1.ListOptions{})
+	if err != nil {
+		return 0, 0, err
+	}
+	for _, ev := range evs.Items {
+		if ev.InvolvedObject.Kind != "Pod" || old[ev.InvolvedObject.UID] {
+			continue
+		}
+		switch {
+		case ev.Reason == "TriggeredScaleUp":
+			triggered++
+		case ev.Reason == "Nominated" && strings.Contains(ev.Message, "terminating"):
+			nominated++
+		}
+	}
+	return nominated, triggered, nil
+}
+
+// terminating counts the pods of old that are terminating.
+func terminating(t *testing.T, cs kubernetes.Interface, old map[types.UID]bool) int {
+	t.Helper()
+	pods, err := cs.CoreV1().Pods("default").List(context.Background(), metav1.ListOptions{LabelSelector: "app=roll"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, p := range pods.Items {
+		if old[p.UID] && p.DeletionTimestamp != nil {
+			n++
+		}
+	}
+	return n
 }
 
 // rolloutDeployment is replicas pods × 1 GPU, written as users write GPU

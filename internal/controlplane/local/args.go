@@ -12,6 +12,7 @@ import (
 
 	"fke.dev/fke/internal/controlplane"
 	"fke.dev/fke/internal/pki"
+	"fke.dev/fke/internal/supervisor"
 )
 
 // layout names the files of one control plane under its data directory.
@@ -206,13 +207,5 @@ func webhookClientKubeconfig(certFile, keyFile string) ([]byte, error) {
 // another ~30 MB but slows the API server's start by ~0.4 s.
 const componentGOGC = "50"
 
-// componentEnv is the environment of a component: this process's, with the
-// Go runtime's memory setting (componentGOGC) unless the environment sets
-// one.
-func componentEnv(string) []string {
-	env := os.Environ()
-	if os.Getenv("GOGC") == "" {
-		env = append(env, "GOGC="+componentGOGC)
-	}
-	return env
-}
+// componentEnv is the environment of a component (see supervisor.GoEnv).
+func componentEnv(string) []string { return supervisor.GoEnv(componentGOGC) }
