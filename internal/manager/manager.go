@@ -182,7 +182,12 @@ func Run(ctx context.Context, opts Options) error {
 		}
 		defer stopping(log, "control planes", rt.StopAll)
 	} else {
-		log.Info("no control-plane runtime enabled: Cluster objects wait until a manager runs their runtime")
+		// Standby planes are local control planes: no pool, and no pool
+		// status to read or write.
+		opts.WarmPool = cluster.WarmPool{}
+		if !enabled(opts.Runtimes, fkev1.RuntimeHosted) {
+			log.Info("no control-plane runtime enabled: Cluster objects wait until a manager runs their runtime")
+		}
 	}
 
 	providers := map[fkev1.ProviderName]nodeprovider.Provider{}

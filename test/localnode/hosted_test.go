@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"os"
 	"regexp"
 	"strings"
 	"sync"
@@ -39,9 +38,6 @@ import (
 // the other replica; deleting a control plane removes its namespace and
 // its keys, user and role in the shared etcd.
 func TestHostedRuntime(t *testing.T) {
-	if os.Getenv("FKE_TEST_HOSTED") == "" {
-		t.Skip("the hosted runtime's test is not part of the suite yet: set FKE_TEST_HOSTED=1 (see the README, Development)")
-	}
 	requireNodeTools(t)
 	e := upForLocalNodes(t)
 	e.MustRun("cluster", "create", "mgmt", "--wait", "--metrics-server=false", "--gpu-metrics=false")

@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"context"
+	corev1 "k8s.io/api/core/v1"
 	"net/netip"
 	"testing"
 
@@ -54,6 +55,9 @@ func testScheme(t *testing.T) *runtime.Scheme {
 	t.Helper()
 	s := runtime.NewScheme()
 	if err := fkev1.AddToScheme(s); err != nil {
+		t.Fatal(err)
+	}
+	if err := corev1.AddToScheme(s); err != nil {
 		t.Fatal(err)
 	}
 	return s

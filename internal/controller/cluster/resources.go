@@ -155,6 +155,7 @@ func (r *Reconciler) allocatePorts(ctx context.Context, have fkev1.ClusterPorts,
 func (r *Reconciler) ensurePKI(ctx context.Context, cl *fkev1.Cluster) (pki.Bundle, error) {
 	addrs, err := r.runtime(cl).Addresses(ctx, controlplane.Spec{
 		Key: client.ObjectKeyFromObject(cl).String(), ServiceCIDR: cl.Spec.Network.ServiceCIDR, NodeAddress: r.NodeAddress,
+		Datastore: string(cl.Spec.Datastore),
 	})
 	if err != nil {
 		return nil, err

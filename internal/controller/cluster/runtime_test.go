@@ -66,3 +66,32 @@ func TestHostedClusterGetsNoPorts(t *testing.T) {
 		t.Errorf("a hosted cluster got ports %+v", cl.Status.Ports)
 	}
 }
+
+// addressRuntime records the specs Addresses is asked for.
+type addressRuntime struct {
+	controlplane.Runtime
+	specs []controlplane.Spec
+}
+
+func (f *addressRuntime) Addresses(_ context.Context, spec controlplane.Spec) (controlplane.Addresses, error) {
+	f.specs = append(f.specs, spec)
+	return controlplane.Addresses{APIServerDNSNames: []string{"kube-apiserver"}}, nil
+}
+
+// TestAddressesKnowTheDatastore: the hosted runtime makes the tenant's
+// namespace, marked with its datastore, when asked for its addresses; a
+// spec without the datastore marked a shared-etcd cluster dedicated, and
+// its control plane then refused to start ("cannot move to shared").
+func TestAddressesKnowTheDatastore(t *testing.T) {
+	cl := &fkev1.Cluster{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "h"},
+		Spec: fkev1.ClusterSpec{Runtime: fkev1.RuntimeHosted, Datastore: fkev1.DatastoreShared, Network: fkev1.ClusterNetwork{ServiceCIDR: "10.96.0.0/16"}}}
+	c := fake.NewClientBuilder().WithScheme(testScheme(t)).WithObjects(cl).Build()
+	rt := &addressRuntime{}
+	r := &Reconciler{Client: c, Recorder: events.NewFakeRecorder(10), Runtimes: map[fkev1.ControlPlaneRuntime]controlplane.Runtime{fkev1.RuntimeHosted: rt}}
+	if _, err := r.ensurePKI(context.Background(), cl); err != nil {
+		t.Fatal(err)
+	}
+	if len(rt.specs) == 0 || rt.specs[0].Datastore != string(fkev1.DatastoreShared) || rt.specs[0].Key != "default/h" {
+		t.Fatalf("Addresses asked with %+v, want key default/h and datastore shared", rt.specs)
+	}
+}

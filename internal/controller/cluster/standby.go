@@ -538,7 +538,9 @@ func (r *Reconciler) recordPool(ctx context.Context, planes []warmpool.Plane, pl
 	}
 	cm := &corev1.ConfigMap{}
 	key := client.ObjectKey{Namespace: r.Warm.Namespace, Name: PoolStatusConfigMap}
-	if err := r.Client.Get(ctx, key, cm); apierrors.IsNotFound(err) {
+	// Read from the API server: one ConfigMap is not worth a cache of
+	// every ConfigMap (nor the right to list them all).
+	if err := r.reader().Get(ctx, key, cm); apierrors.IsNotFound(err) {
 		cm = &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name}, Data: data}
 		return r.Client.Create(ctx, cm)
 	} else if err != nil {
