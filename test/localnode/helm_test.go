@@ -184,12 +184,7 @@ func TestHelmChart(t *testing.T) {
 	t.Logf("FIGURE leader pod deleted -> %s holds the Lease: %s", next, time.Since(start).Round(10*time.Millisecond))
 
 	// The hosted runtime: tenant control planes as Deployments of this
-	// cluster, made by the manager in its pod. Not yet part of the suite:
-	// run it with FKE_TEST_HOSTED_HELM=1 (see the README, Development).
-	if os.Getenv("FKE_TEST_HOSTED_HELM") == "" {
-		t.Log("the hosted runtime through the chart is not run: set FKE_TEST_HOSTED_HELM=1")
-		return
-	}
+	// cluster, made by the manager in its pod.
 	if _, err := upgrade.RunWithContext(t.Context(), helmRelease, ch, hostedValues()); err != nil {
 		t.Fatalf("helm upgrade to the hosted runtime: %v", err)
 	}
