@@ -39,9 +39,10 @@ generate: $(CONTROLLER_GEN) ## regenerate deepcopy code and CRD manifests
 
 # config/crd/bases is the one source of the CRDs; the chart holds a copy
 # (Helm installs a chart's crds/ directory), which charts' tests compare.
-chart-crds: ## copy the generated CRDs (config/crd/bases) into the Helm chart (charts/fke/crds)
+chart-crds: ## copy the generated CRDs (config/crd/bases) and the default instance types into the Helm chart
 	rm -f charts/fke/crds/*.yaml
 	cp config/crd/bases/*.yaml charts/fke/crds/
+	go run ./hack/chartcatalog > charts/fke/templates/instancetypes.yaml
 
 # Tenant-side CRDs are generated from upstream Go types, pinned here.
 AUTOSCALER_APIS := k8s.io/autoscaler/cluster-autoscaler/apis@v0.0.0-20240830133931-adfbe7e45277

@@ -1,7 +1,11 @@
 package charts
 
 import (
+	"k8s.io/apimachinery/pkg/api/equality"
+
 	"bytes"
+	fkev1 "fke.dev/fke/api/v1alpha1"
+	"fke.dev/fke/internal/catalog"
 	"os"
 	"path/filepath"
 	"slices"
@@ -53,6 +57,7 @@ type rendered struct {
 	crBindings     []rbacv1.ClusterRoleBinding
 	roleBindings   []rbacv1.RoleBinding
 	pdb            *policyv1.PodDisruptionBudget
+	instanceTypes  []fkev1.InstanceType
 	kinds          []string
 }
 
@@ -125,6 +130,9 @@ func (r *rendered) add(t *testing.T, file, doc string) {
 	case "RoleBinding":
 		r.roleBindings = append(r.roleBindings, rbacv1.RoleBinding{})
 		into = &r.roleBindings[len(r.roleBindings)-1]
+	case "InstanceType":
+		r.instanceTypes = append(r.instanceTypes, fkev1.InstanceType{})
+		into = &r.instanceTypes[len(r.instanceTypes)-1]
 	default:
 		t.Fatalf("%s: unexpected kind %q", file, head.Kind)
 	}
@@ -391,9 +399,10 @@ func TestRBAC(t *testing.T) {
 	hostedRules := mustRender(t, "runtimes={hosted},hosted.registry=reg.example/fke").clusterRoles[0].Rules
 	for _, n := range append(withRuntime,
 		need{"", "namespaces", []string{"get", "create", "patch", "delete"}},
-		need{"", "secrets", []string{"create", "patch"}},
+		need{"", "secrets", []string{"create", "patch", "delete"}},
 		need{"", "services", []string{"get", "create", "patch"}},
-		need{"apps", "deployments", []string{"get", "create", "patch"}},
+		// kwok of hosted clusters: applied, and removed with the pool's cluster.
+		need{"apps", "deployments", []string{"get", "create", "patch", "delete"}},
 		need{"apps", "statefulsets", []string{"get", "create", "patch"}},
 		need{"policy", "poddisruptionbudgets", []string{"get", "create", "patch"}},
 		need{"", "pods", []string{"list"}},
@@ -439,6 +448,32 @@ func grants(rules []rbacv1.PolicyRule, group, resource string, verbs ...string) 
 
 // TestCRDsMatchConfig: the chart's CRDs are config/crd/bases, byte for byte
 // (`make chart-crds` copies them after `make generate`).
+// TestInstanceTypesMatchCatalog: the chart installs fke's default instance
+// types, as `fke up` does, kept on uninstall; none when asked not to.
+func TestInstanceTypesMatchCatalog(t *testing.T) {
+	got := mustRender(t, "").instanceTypes
+	want := catalog.Default()
+	if len(got) != len(want) {
+		t.Fatalf("the chart installs %d instance types, the catalog has %d: run `make chart-crds`", len(got), len(want))
+	}
+	byName := map[string]fkev1.InstanceType{}
+	for _, it := range got {
+		byName[it.Name] = it
+	}
+	for _, w := range want {
+		g, ok := byName[w.Name]
+		if !ok || !equality.Semantic.DeepEqual(g.Spec, w.Spec) {
+			t.Errorf("instance type %s: chart %+v, catalog %+v: run `make chart-crds`", w.Name, g.Spec, w.Spec)
+		}
+		if g.Annotations["helm.sh/resource-policy"] != "keep" {
+			t.Errorf("%s is removed on uninstall while pools may name it", w.Name)
+		}
+	}
+	if n := len(mustRender(t, "instanceTypes.install=false").instanceTypes); n != 0 {
+		t.Errorf("instanceTypes.install=false still installs %d instance types", n)
+	}
+}
+
 func TestCRDsMatchConfig(t *testing.T) {
 	src := filepath.Join("..", "config", "crd", "bases")
 	want, err := filepath.Glob(filepath.Join(src, "*.yaml"))

@@ -80,6 +80,15 @@ func ControlPlaneImages(version string) []SystemImage {
 	}
 }
 
+// KwokVersion is the version of the kwok binary fke builds (hack/k8s/kwok),
+// the tag of its image.
+const KwokVersion = "v0.8.0"
+
+// Kwok is kwok for the hosted runtime: the simulated nodes of a hosted
+// cluster are kept by a kwok Deployment next to its control plane.
+var Kwok = SystemImage{Name: ControlPlaneRepository + "/" + binaries.Kwok + ":" + KwokVersion, Binary: binaries.Kwok,
+	Path: "/usr/local/bin/" + binaries.Kwok, User: "65532:65532"}
+
 // SystemImages lists every system image.
 var SystemImages = []SystemImage{Pause, DemoServer, GPUAgent, CoreDNS}
 

@@ -190,9 +190,22 @@ func Run(ctx context.Context, opts Options) error {
 		}
 	}
 
+	runtimes := map[fkev1.ControlPlaneRuntime]controlplane.Runtime{}
+	if rt != nil {
+		runtimes[fkev1.RuntimeLocal] = rt
+	}
+	var kwokWorkloads kwok.Workloads // the kwok of hosted clusters
+	if enabled(opts.Runtimes, fkev1.RuntimeHosted) {
+		h, err := hostedRuntime(cfg, scheme, opts.Hosted, log)
+		if err != nil {
+			return err
+		}
+		runtimes[fkev1.RuntimeHosted], kwokWorkloads = h, h
+	}
+
 	providers := map[fkev1.ProviderName]nodeprovider.Provider{}
 	if enabled(opts.Providers, fkev1.ProviderKwok) {
-		kwokProvider := kwok.New(kwok.Options{DataDir: filepath.Join(opts.DataDir, "clusters"), Binaries: opts.Binaries, Logger: log.With("component", "kwok")})
+		kwokProvider := kwok.New(kwok.Options{DataDir: filepath.Join(opts.DataDir, "clusters"), Binaries: opts.Binaries, Logger: log.With("component", "kwok"), Workloads: kwokWorkloads})
 		providers[fkev1.ProviderKwok] = kwokProvider
 		defer stopping(log, "kwok", kwokProvider.StopAll)
 	}
@@ -244,17 +257,6 @@ func Run(ctx context.Context, opts Options) error {
 		return fmt.Errorf("setting up release controller: %w", err)
 	}
 
-	runtimes := map[fkev1.ControlPlaneRuntime]controlplane.Runtime{}
-	if rt != nil {
-		runtimes[fkev1.RuntimeLocal] = rt
-	}
-	if enabled(opts.Runtimes, fkev1.RuntimeHosted) {
-		h, err := hostedRuntime(cfg, scheme, opts.Hosted, log)
-		if err != nil {
-			return err
-		}
-		runtimes[fkev1.RuntimeHosted] = h
-	}
 	if len(runtimes) > 0 {
 		approvers := &bootstrap.Approvers{Log: log.With("component", "serving-approver")}
 		defer approvers.StopAll()

@@ -39,6 +39,11 @@ type Cluster struct {
 	// clients checking kubelets against the cluster CA (metrics-server)
 	// accept it. Nil: such a provider serves a self-signed certificate.
 	LoopbackKubeletCert func(ctx context.Context) (certPEM, keyPEM []byte, err error)
+	// Hosted reports that the cluster's control plane runs as workloads of
+	// a management cluster (runtime hosted): what a provider runs for the
+	// cluster (kwok) runs there too, next to it, not as a child process of
+	// the manager.
+	Hosted bool
 }
 
 // Join is what a real node needs to join a cluster, as kubeadm's join

@@ -11,9 +11,11 @@ import (
 	"testing"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -134,6 +136,50 @@ func testHostedClusters(t *testing.T, e *testenv.Env, cs kubernetes.Interface, m
 			if len(svcs.Items) != want {
 				t.Errorf("%s: %d Services in %s, want %d", name, len(svcs.Items), ns, want)
 			}
+		}
+	})
+	t.Run("a kwok pool of a hosted cluster scales up from zero for a GPU pod", func(t *testing.T) {
+		// Simulated nodes of a hosted cluster are kept by a kwok Deployment
+		// next to its control plane; the autoscaler works unchanged.
+		np := &fkev1.NodePool{
+			ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: fkev1.NodePoolObjectName("hosted-b", "gpu")},
+			Spec: fkev1.NodePoolSpec{ClusterName: "hosted-b", PoolName: "gpu", InstanceType: "gpu-h100x8", Provider: fkev1.ProviderKwok,
+				Autoscaling: &fkev1.NodePoolAutoscaling{MinSize: 0, MaxSize: 2}},
+		}
+		if err := c.Create(t.Context(), np); err != nil {
+			t.Fatal(err)
+		}
+		tcs := kubernetes.NewForConfigOrDie(cfgs["hosted-b"])
+		// Written as users write GPU pods: no toleration of the GPU taint.
+		pod := &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: "trainer"},
+			Spec: corev1.PodSpec{Containers: []corev1.Container{{
+				Name: "train", Image: "trainer:v1",
+				Resources: corev1.ResourceRequirements{Limits: corev1.ResourceList{"nvidia.com/gpu": resource.MustParse("8")}},
+			}}},
+		}
+		if _, err := tcs.CoreV1().Pods("default").Create(t.Context(), pod, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		start := time.Now()
+		testenv.Eventually(t, 4*time.Minute, "the GPU pod Running on a new node", func() error {
+			p, err := tcs.CoreV1().Pods("default").Get(t.Context(), pod.Name, metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			if p.Status.Phase != corev1.PodRunning || p.Spec.NodeName == "" {
+				return fmt.Errorf("phase %s on %q", p.Status.Phase, p.Spec.NodeName)
+			}
+			return nil
+		})
+		t.Logf("FIGURE hosted cluster: pending GPU pod -> Running on a new kwok node: %s", time.Since(start).Round(100*time.Millisecond))
+		d := &appsv1.Deployment{}
+		if err := c.Get(t.Context(), client.ObjectKey{Namespace: hosted.Namespace("default/hosted-b"), Name: hosted.KwokName}, d); err != nil || d.Status.ReadyReplicas != 1 {
+			t.Errorf("kwok Deployment next to hosted-b's control plane: %v, %d ready", err, d.Status.ReadyReplicas)
+		}
+		nodes, err := tcs.CoreV1().Nodes().List(t.Context(), metav1.ListOptions{LabelSelector: fkev1.LabelNodePool + "=gpu"})
+		if err != nil || len(nodes.Items) != 1 {
+			t.Errorf("hosted-b's gpu pool has %d nodes (%v), want 1 for one 8-GPU pod", len(nodes.Items), err)
 		}
 	})
 	t.Run("a host joined to a hosted cluster runs a pod", func(t *testing.T) {

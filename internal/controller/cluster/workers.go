@@ -53,7 +53,7 @@ func (r *Reconciler) removeWorkers(ctx context.Context, cl *fkev1.Cluster) (done
 	}
 	key := client.ObjectKeyFromObject(cl).String()
 	for name, p := range r.Providers {
-		if err := p.Release(ctx, nodeprovider.Cluster{Key: key, Name: cl.Name}); err != nil {
+		if err := p.Release(ctx, nodeprovider.Cluster{Key: key, Name: cl.Name, Hosted: cl.Spec.Runtime == fkev1.RuntimeHosted}); err != nil {
 			return false, fmt.Errorf("releasing provider %s: %w", name, err)
 		}
 	}

@@ -325,6 +325,7 @@ func ProviderCluster(cl *fkev1.Cluster, t *tenant.Tenant) nodeprovider.Cluster {
 	return nodeprovider.Cluster{
 		Key: client.ObjectKeyFromObject(cl).String(), Name: cl.Name, Config: t.Config,
 		PodCIDR: cl.Spec.Network.PodCIDR, ServiceCIDR: cl.Spec.Network.ServiceCIDR, Version: cl.Status.Version,
+		Hosted: cl.Spec.Runtime == fkev1.RuntimeHosted,
 	}
 }
 

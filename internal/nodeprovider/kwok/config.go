@@ -271,6 +271,25 @@ func args(kubeconfigPath, configPath string, serverPort int, certFile, keyFile s
 	return out
 }
 
+// Files of kwok in a workload, under WorkloadDir.
+const (
+	workloadKubeconfig = "kubeconfig"
+	workloadConfig     = "kwok.yaml"
+)
+
+// workloadArgs returns kwok's command line in a workload: files under
+// WorkloadDir, the kubelet API of its nodes served on the pod's
+// WorkloadPort (kwok's self-signed certificate), /healthz for the probes.
+func workloadArgs() []string {
+	out := args(WorkloadDir+"/"+workloadKubeconfig, WorkloadDir+"/"+workloadConfig, WorkloadPort, "", "")
+	for i, a := range out {
+		if strings.HasPrefix(a, "--server-address=") {
+			out[i] = "--server-address=0.0.0.0:" + strconv.Itoa(WorkloadPort)
+		}
+	}
+	return out
+}
+
 // kubeconfigFor renders cfg (a tenant's admin rest.Config) as a kubeconfig.
 func kubeconfigFor(cfg *rest.Config) *clientcmdapi.Config {
 	const name = "tenant"

@@ -23,6 +23,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
 
 	fkev1 "fke.dev/fke/api/v1alpha1"
 	"fke.dev/fke/internal/binaries"
@@ -78,7 +79,28 @@ type Options struct {
 	// StartTimeout bounds the wait for a new kwok process to serve
 	// (default DefaultStartTimeout).
 	StartTimeout time.Duration
+	// Workloads runs the kwok of hosted clusters (nodeprovider.Cluster.Hosted)
+	// in the management cluster; nil refuses hosted clusters.
+	Workloads Workloads
 }
+
+// Workloads runs a cluster's kwok as a workload of the management cluster,
+// next to its hosted control plane (the hosted runtime implements it).
+type Workloads interface {
+	// RunKwok makes kwok run for the cluster with key, with files (by
+	// name, mounted read-only in one directory, WorkloadDir) and args.
+	// Idempotent: it returns once what runs it is applied, without
+	// waiting for kwok to serve.
+	RunKwok(ctx context.Context, key string, files map[string][]byte, args []string) error
+	// StopKwok removes it; nothing to remove is no error.
+	StopKwok(ctx context.Context, key string) error
+}
+
+// Where kwok finds its files and serves in a workload (see Workloads).
+const (
+	WorkloadDir  = "/etc/kwok"
+	WorkloadPort = 10247
+)
 
 // Provider is the kwok node provider. Its methods are safe for concurrent use.
 type Provider struct {
@@ -105,6 +127,8 @@ type clusterState struct {
 	fingerprint string
 	client      kubernetes.Interface
 	proc        *supervisor.Process
+	// workload: kwok was applied as a workload for this fingerprint.
+	workload bool
 }
 
 // New returns a Provider. It starts nothing: a cluster's kwok process starts
@@ -275,6 +299,11 @@ func (p *Provider) Release(ctx context.Context, cluster nodeprovider.Cluster) er
 	if err := p.procs.Stop(ctx, procName(cluster.Key)); err != nil {
 		return fmt.Errorf("releasing cluster %s: stopping kwok: %w", cluster.Key, err)
 	}
+	if cluster.Hosted && p.opts.Workloads != nil {
+		if err := p.opts.Workloads.StopKwok(ctx, cluster.Key); err != nil {
+			return fmt.Errorf("releasing cluster %s: removing kwok: %w", cluster.Key, err)
+		}
+	}
 	if err := os.RemoveAll(dir); err != nil {
 		return fmt.Errorf("releasing cluster %s: removing kwok files: %w", cluster.Key, err)
 	}
@@ -329,7 +358,16 @@ func (p *Provider) prepare(ctx context.Context, cluster nodeprovider.Cluster, st
 			}
 			st.proc = nil
 		}
-		st.client, st.fingerprint = client, fp
+		st.client, st.fingerprint, st.workload = client, fp, false
+	}
+	if startKwok && cluster.Hosted {
+		if !st.workload {
+			if err := p.runWorkload(ctx, st, cluster); err != nil {
+				return nil, err
+			}
+			st.workload = true
+		}
+		return st.client, nil
 	}
 	if startKwok && !running(st.proc) {
 		if err := p.startLocked(ctx, st, cluster); err != nil {
@@ -422,6 +460,35 @@ func (p *Provider) startLocked(ctx context.Context, st *clusterState, cluster no
 	}
 	st.proc = proc
 	p.log.Info("kwok started", "cluster", st.key, "pid", proc.Pid(), "address", addr, "log", logPath)
+	return nil
+}
+
+// runWorkload has kwok run for a hosted cluster in the management cluster.
+// The caller holds st.mu.
+func (p *Provider) runWorkload(ctx context.Context, st *clusterState, cluster nodeprovider.Cluster) error {
+	if p.opts.Workloads == nil {
+		return fmt.Errorf("kwok for cluster %s: its control plane is hosted and this manager runs no hosted runtime", st.key)
+	}
+	kubeconfig, err := clientcmd.Write(*kubeconfigFor(cluster.Config))
+	if err != nil {
+		return fmt.Errorf("kwok for cluster %s: kubeconfig: %w", st.key, err)
+	}
+	config, err := renderConfig(cluster.PodCIDR, p.opts.NodeIP)
+	if err != nil {
+		return fmt.Errorf("kwok for cluster %s: %w", st.key, err)
+	}
+	// As before a process starts (see leases.go): Leases of a kwok that is
+	// replaced would hold the new one back.
+	if n, err := deleteLeases(ctx, st.client, cluster); err != nil {
+		p.log.Warn("deleting node leases failed", "cluster", st.key, "error", err)
+	} else if n > 0 {
+		p.log.Info("deleted the node leases of a previous kwok", "cluster", st.key, "leases", n)
+	}
+	args := workloadArgs()
+	if err := p.opts.Workloads.RunKwok(ctx, st.key, map[string][]byte{workloadKubeconfig: kubeconfig, workloadConfig: config}, args); err != nil {
+		return fmt.Errorf("kwok for cluster %s: %w", st.key, err)
+	}
+	p.log.Info("kwok runs as a workload of the management cluster", "cluster", st.key)
 	return nil
 }
 

@@ -1,0 +1,43 @@
+package hosted
+
+import (
+	"slices"
+	"testing"
+
+	appsv1 "k8s.io/api/apps/v1"
+
+	"fke.dev/fke/internal/nodeprovider/kwok"
+)
+
+// TestKwokDeployment: one kwok at a time (Recreate), its files read-only
+// from its Secret, probed on its /healthz, unprivileged like the
+// control-plane components, rolled when its files change.
+func TestKwokDeployment(t *testing.T) {
+	d := kwokDeployment("fke-team-h", "reg/fke/kwok:v0.8.0", []string{"--config=/etc/kwok/kwok.yaml"}, "h1", []string{"kubeconfig", "kwok.yaml"})
+	if d.Namespace != "fke-team-h" || d.Name != KwokName || *d.Spec.Replicas != 1 || d.Spec.Strategy.Type != appsv1.RecreateDeploymentStrategyType {
+		t.Errorf("deployment %s/%s, %d replicas, strategy %s; want fke-team-h/kwok, 1, Recreate", d.Namespace, d.Name, *d.Spec.Replicas, d.Spec.Strategy.Type)
+	}
+	pod := d.Spec.Template.Spec
+	c := pod.Containers[0]
+	if c.Image != "reg/fke/kwok:v0.8.0" || !slices.Equal(c.Command, []string{"/usr/local/bin/kwok", "--config=/etc/kwok/kwok.yaml"}) {
+		t.Errorf("runs %s %v", c.Image, c.Command)
+	}
+	if c.SecurityContext == nil || !*c.SecurityContext.ReadOnlyRootFilesystem || *c.SecurityContext.AllowPrivilegeEscalation || pod.SecurityContext == nil || !*pod.SecurityContext.RunAsNonRoot {
+		t.Error("kwok runs with privileges the control-plane components do not have")
+	}
+	if *pod.AutomountServiceAccountToken {
+		t.Error("kwok gets a token of the management cluster")
+	}
+	for _, p := range []string{c.StartupProbe.HTTPGet.Path, c.LivenessProbe.HTTPGet.Path, c.ReadinessProbe.HTTPGet.Path} {
+		if p != "/healthz" || c.ReadinessProbe.HTTPGet.Port.IntValue() != kwok.WorkloadPort {
+			t.Errorf("probe %s on %v, want /healthz on %d", p, c.ReadinessProbe.HTTPGet.Port, kwok.WorkloadPort)
+		}
+	}
+	vol := pod.Volumes[0].Secret
+	if vol == nil || vol.SecretName != KwokName || len(vol.Items) != 2 || c.VolumeMounts[0].MountPath != kwok.WorkloadDir || !c.VolumeMounts[0].ReadOnly {
+		t.Errorf("files: volume %+v mounted %+v", pod.Volumes[0], c.VolumeMounts)
+	}
+	if d.Spec.Template.Annotations[AnnotationSecretHash] != "h1" {
+		t.Error("a change of kwok's files does not roll it")
+	}
+}
