@@ -158,9 +158,12 @@ func testHostedClusters(t *testing.T, e *testenv.Env, cs kubernetes.Interface, m
 				Resources: corev1.ResourceRequirements{Limits: corev1.ResourceList{"nvidia.com/gpu": resource.MustParse("8")}},
 			}}},
 		}
-		if _, err := tcs.CoreV1().Pods("default").Create(t.Context(), pod, metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
-		}
+		// Until the tenant's controller-manager has made the default
+		// ServiceAccount, pods are refused (as on any new cluster).
+		testenv.Eventually(t, time.Minute, "creating the GPU pod", func() error {
+			_, err := tcs.CoreV1().Pods("default").Create(t.Context(), pod, metav1.CreateOptions{})
+			return err
+		})
 		start := time.Now()
 		testenv.Eventually(t, 4*time.Minute, "the GPU pod Running on a new node", func() error {
 			p, err := tcs.CoreV1().Pods("default").Get(t.Context(), pod.Name, metav1.GetOptions{})
@@ -196,6 +199,9 @@ func testHostedClusters(t *testing.T, e *testenv.Env, cs kubernetes.Interface, m
 			t.Fatal(err)
 		}
 		defer func() {
+			if t.Failed() {
+				t.Logf("fke node join so far:\n%s", out.String())
+			}
 			if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
 				t.Error(err)
 			}
