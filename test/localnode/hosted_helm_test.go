@@ -176,10 +176,16 @@ func testHostedClusters(t *testing.T, e *testenv.Env, cs kubernetes.Interface, m
 			return nil
 		})
 		t.Logf("FIGURE hosted cluster: pending GPU pod -> Running on a new kwok node: %s", time.Since(start).Round(100*time.Millisecond))
-		d := &appsv1.Deployment{}
-		if err := c.Get(t.Context(), client.ObjectKey{Namespace: hosted.Namespace("default/hosted-b"), Name: hosted.KwokName}, d); err != nil || d.Status.ReadyReplicas != 1 {
-			t.Errorf("kwok Deployment next to hosted-b's control plane: %v, %d ready", err, d.Status.ReadyReplicas)
-		}
+		testenv.Eventually(t, time.Minute, "kwok's Deployment next to hosted-b's control plane ready", func() error {
+			d := &appsv1.Deployment{}
+			if err := c.Get(t.Context(), client.ObjectKey{Namespace: hosted.Namespace("default/hosted-b"), Name: hosted.KwokName}, d); err != nil {
+				return err
+			}
+			if d.Status.ReadyReplicas != 1 {
+				return fmt.Errorf("%d ready replicas", d.Status.ReadyReplicas)
+			}
+			return nil
+		})
 		nodes, err := tcs.CoreV1().Nodes().List(t.Context(), metav1.ListOptions{LabelSelector: fkev1.LabelNodePool + "=gpu"})
 		if err != nil || len(nodes.Items) != 1 {
 			t.Errorf("hosted-b's gpu pool has %d nodes (%v), want 1 for one 8-GPU pod", len(nodes.Items), err)

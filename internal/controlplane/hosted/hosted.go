@@ -434,13 +434,23 @@ func (r *Runtime) Status(ctx context.Context, key string) (controlplane.Status, 
 		default:
 			cs.Running = d.Status.Replicas > 0
 			cs.Ready = d.Status.AvailableReplicas > 0
-			if rolledOut(d) {
+			if runsOneVersion(d) {
 				cs.Version = d.Annotations[AnnotationVersion]
 			}
 		}
 		st.Components = append(st.Components, cs)
 	}
 	return st, nil
+}
+
+// runsOneVersion reports whether every pod of d runs its current template
+// (and so the version it is annotated with), ready or not: while a new
+// Deployment's second replica starts, the version is known; while an
+// upgrade rolls, pods of the old template remain and it is not. (A version
+// left unknown at creation read as an older one, and the cluster
+// controller started an upgrade of a cluster just made.)
+func runsOneVersion(d *appsv1.Deployment) bool {
+	return d.Status.ObservedGeneration >= d.Generation && d.Status.Replicas == d.Status.UpdatedReplicas
 }
 
 // rolledOut reports whether every replica of d runs its current template.

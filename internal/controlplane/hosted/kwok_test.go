@@ -41,3 +41,29 @@ func TestKwokDeployment(t *testing.T) {
 		t.Error("a change of kwok's files does not roll it")
 	}
 }
+
+// TestRunsOneVersion: a component's version is known while its pods all
+// run the current template, ready or not, and unknown while an upgrade
+// rolls or the Deployment's change is not yet observed.
+func TestRunsOneVersion(t *testing.T) {
+	for _, tc := range []struct {
+		name                              string
+		gen, observed                     int64
+		replicas, updated, available, spc int32
+		want                              bool
+	}{
+		{"created, one of two replicas available", 1, 1, 2, 2, 1, 2, true},
+		{"created, none available yet", 1, 1, 2, 2, 0, 2, true},
+		{"rolled out", 2, 2, 2, 2, 2, 2, true},
+		{"upgrade rolling: old pods remain", 2, 2, 3, 1, 2, 2, false},
+		{"upgrade not yet observed", 2, 1, 2, 2, 2, 2, false},
+	} {
+		d := &appsv1.Deployment{}
+		d.Generation, d.Status.ObservedGeneration = tc.gen, tc.observed
+		d.Spec.Replicas = &tc.spc
+		d.Status.Replicas, d.Status.UpdatedReplicas, d.Status.AvailableReplicas = tc.replicas, tc.updated, tc.available
+		if got := runsOneVersion(d); got != tc.want {
+			t.Errorf("%s: runsOneVersion = %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}
