@@ -358,14 +358,18 @@ func (s *sharedEtcd) removeTenant(ctx context.Context, tenantNS string) error {
 		return fmt.Errorf("removing %s from the shared etcd: %w", tenantNS, err)
 	}
 	defer cli.Close()
-	if _, err := cli.Delete(ctx, Prefix(tenantNS)+"/", clientv3.WithPrefix()); err != nil {
-		return fmt.Errorf("deleting the keys of %s: %w", tenantNS, err)
-	}
+	// The user first: the tenant's API servers still run (they go with the
+	// namespace, after this), and a key they wrote after the prefix was
+	// emptied would stay behind. Once the user is gone every write of
+	// theirs is refused, so the prefix stays empty.
 	if _, err := cli.UserDelete(ctx, tenantNS); err != nil && !errors.Is(err, rpctypes.ErrUserNotFound) {
 		return fmt.Errorf("deleting etcd user %s: %w", tenantNS, err)
 	}
 	if _, err := cli.RoleDelete(ctx, tenantNS); err != nil && !errors.Is(err, rpctypes.ErrRoleNotFound) {
 		return fmt.Errorf("deleting etcd role %s: %w", tenantNS, err)
+	}
+	if _, err := cli.Delete(ctx, Prefix(tenantNS)+"/", clientv3.WithPrefix()); err != nil {
+		return fmt.Errorf("deleting the keys of %s: %w", tenantNS, err)
 	}
 	s.r.log.Info("tenant removed from the shared etcd", "tenant", tenantNS)
 	return nil
