@@ -58,6 +58,24 @@ func NextUpgradeStep(target string, running map[string]string, up *fkev1.Upgrade
 	return ""
 }
 
+// UpgradeSnapshot returns the newest of kept taken of the cluster with uid
+// since start (second precision, as the API stores times): the snapshot of
+// an upgrade started then, when one is there. Any snapshot since the start
+// holds the state before the upgrade: the snapshot is its first step.
+func UpgradeSnapshot(kept []backup.Snapshot, start time.Time, uid string) (backup.Snapshot, bool) {
+	var best backup.Snapshot
+	found := false
+	for _, s := range kept {
+		if s.ClusterUID != uid || s.Time.Before(start.Truncate(time.Second)) {
+			continue
+		}
+		if !found || s.Time.After(best.Time) {
+			best, found = s, true
+		}
+	}
+	return best, found
+}
+
 // runningVersions returns the version each component of st runs.
 func runningVersions(st controlplane.Status) map[string]string {
 	out := map[string]string{}
@@ -127,6 +145,14 @@ func (r *Reconciler) reconcileUpgrade(ctx context.Context, cl *fkev1.Cluster, sp
 	switch step {
 	case StepSnapshot:
 		dir := backup.Dir(filepath.Join(r.BackupDir, cl.Namespace, cl.Name))
+		kept, _ := backup.List(dir) // none readable: take one
+		if snap, ok := UpgradeSnapshot(kept, up.StartTime.Time, string(cl.UID)); ok {
+			// Taken already for this upgrade, but not recorded (the status
+			// write was lost, or the manager stopped in between): no second one.
+			up.Snapshot = snap.Name
+			err = EnsureRestoreKeys(ctx, r.Client, cl, bundle)
+			break
+		}
 		var snap backup.Snapshot
 		snap, err = backup.TakeCluster(ctx, bundle, int(cl.Status.Ports.EtcdClient), dir, now.Time, string(cl.UID))
 		if err == nil {
