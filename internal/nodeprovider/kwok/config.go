@@ -2,6 +2,7 @@ package kwok
 
 import (
 	"fmt"
+	"net"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -256,13 +257,13 @@ func renderConfig(podCIDR, nodeIP string) ([]byte, error) {
 // kubelet port, where kwok serves their kubelet API (HTTP and HTTPS on one
 // port); with certFile and keyFile its HTTPS uses that certificate rather
 // than a self-signed one.
-func args(kubeconfigPath, configPath string, serverPort int, certFile, keyFile string) []string {
+func args(kubeconfigPath, configPath, serverHost string, serverPort int, certFile, keyFile string) []string {
 	out := []string{
 		"--kubeconfig=" + kubeconfigPath,
 		"--config=" + configPath,
 		"--manage-all-nodes=false",
 		"--manage-nodes-with-annotation-selector=" + AnnotationNode + "=" + AnnotationNodeValue,
-		"--server-address=127.0.0.1:" + strconv.Itoa(serverPort),
+		"--server-address=" + net.JoinHostPort(serverHost, strconv.Itoa(serverPort)),
 		"--node-port=" + strconv.Itoa(serverPort),
 	}
 	if certFile != "" && keyFile != "" {
@@ -281,13 +282,7 @@ const (
 // WorkloadDir, the kubelet API of its nodes served on the pod's
 // WorkloadPort (kwok's self-signed certificate), /healthz for the probes.
 func workloadArgs() []string {
-	out := args(WorkloadDir+"/"+workloadKubeconfig, WorkloadDir+"/"+workloadConfig, WorkloadPort, "", "")
-	for i, a := range out {
-		if strings.HasPrefix(a, "--server-address=") {
-			out[i] = "--server-address=0.0.0.0:" + strconv.Itoa(WorkloadPort)
-		}
-	}
-	return out
+	return args(WorkloadDir+"/"+workloadKubeconfig, WorkloadDir+"/"+workloadConfig, "0.0.0.0", WorkloadPort, "", "")
 }
 
 // kubeconfigFor renders cfg (a tenant's admin rest.Config) as a kubeconfig.

@@ -122,7 +122,7 @@ func TestRenderConfig(t *testing.T) {
 }
 
 func TestArgs(t *testing.T) {
-	got := args("/d/kubeconfig", "/d/kwok.yaml", 4321, "/d/serving.crt", "/d/serving.key")
+	got := args("/d/kubeconfig", "/d/kwok.yaml", "127.0.0.1", 4321, "/d/serving.crt", "/d/serving.key")
 	for _, want := range []string{
 		"--kubeconfig=/d/kubeconfig",
 		"--config=/d/kwok.yaml",
@@ -137,7 +137,7 @@ func TestArgs(t *testing.T) {
 			t.Errorf("args %q lack %q", got, want)
 		}
 	}
-	for _, a := range args("/d/kubeconfig", "/d/kwok.yaml", 4321, "", "") {
+	for _, a := range args("/d/kubeconfig", "/d/kwok.yaml", "127.0.0.1", 4321, "", "") {
 		if strings.HasPrefix(a, "--tls-") {
 			t.Errorf("without a certificate: %s", a)
 		}

@@ -419,16 +419,7 @@ func (p *Provider) startLocked(ctx context.Context, st *clusterState, cluster no
 	// belong to a dead one, if any, and would hold the new one back (see
 	// leases.go). Likewise before the supervisor restarts a kwok that died.
 	client := st.client // this kwok's cluster config; a new one restarts kwok
-	dropLeases := func(ctx context.Context) error {
-		n, err := deleteLeases(ctx, client, cluster)
-		if err != nil {
-			return err
-		}
-		if n > 0 {
-			p.log.Info("deleted the node leases of a previous kwok process", "cluster", st.key, "leases", n)
-		}
-		return nil
-	}
+	dropLeases := func(ctx context.Context) error { return p.dropLeases(ctx, client, cluster) }
 	if err := dropLeases(ctx); err != nil {
 		// kwok still takes the leases, once they expire.
 		p.log.Warn("deleting node leases failed", "cluster", st.key, "error", err)
@@ -439,7 +430,7 @@ func (p *Provider) startLocked(ctx context.Context, st *clusterState, cluster no
 	proc, err := p.procs.Start(ctx, supervisor.Spec{
 		Name:          st.procName,
 		Path:          path,
-		Args:          args(kubeconfigPath, configPath, ports[0], certFile, keyFile),
+		Args:          args(kubeconfigPath, configPath, "127.0.0.1", ports[0], certFile, keyFile),
 		LogPath:       logPath,
 		Ready:         supervisor.WaitHTTPReady("http://"+addr+"/healthz", nil),
 		GracePeriod:   stopGracePeriod,
@@ -479,17 +470,25 @@ func (p *Provider) runWorkload(ctx context.Context, st *clusterState, cluster no
 	}
 	// As before a process starts (see leases.go): Leases of a kwok that is
 	// replaced would hold the new one back.
-	if n, err := deleteLeases(ctx, st.client, cluster); err != nil {
+	if err := p.dropLeases(ctx, st.client, cluster); err != nil {
 		p.log.Warn("deleting node leases failed", "cluster", st.key, "error", err)
-	} else if n > 0 {
-		p.log.Info("deleted the node leases of a previous kwok", "cluster", st.key, "leases", n)
 	}
-	args := workloadArgs()
-	if err := p.opts.Workloads.RunKwok(ctx, st.key, map[string][]byte{workloadKubeconfig: kubeconfig, workloadConfig: config}, args); err != nil {
+	files := map[string][]byte{workloadKubeconfig: kubeconfig, workloadConfig: config}
+	if err := p.opts.Workloads.RunKwok(ctx, st.key, files, workloadArgs()); err != nil {
 		return fmt.Errorf("kwok for cluster %s: %w", st.key, err)
 	}
 	p.log.Info("kwok runs as a workload of the management cluster", "cluster", st.key)
 	return nil
+}
+
+// dropLeases deletes the node Leases a previous kwok of cluster held (see
+// leases.go), saying how many.
+func (p *Provider) dropLeases(ctx context.Context, client kubernetes.Interface, cluster nodeprovider.Cluster) error {
+	n, err := deleteLeases(ctx, client, cluster)
+	if err == nil && n > 0 {
+		p.log.Info("deleted the node leases of a previous kwok", "cluster", cluster.Key, "leases", n)
+	}
+	return err
 }
 
 // writeServingCert writes the cluster's loopback kubelet certificate for
