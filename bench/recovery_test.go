@@ -31,10 +31,11 @@ const recoveryRuns = 5
 //	go test ./bench -run '^$' -bench Recovery -benchtime 1x -v
 //
 // What "serves" means per crash (the tenant cluster has a kwok pool of 3):
-//   - fke-manager: the tenant kube-apiserver's /readyz (the tenant control
-//     plane dies with the manager and is started again by the new one).
+//   - fke-manager: the manager's own /readyz (the tenant control plane
+//     serves on: the daemon holds its processes; the benchmark fails when
+//     the tenant API goes unanswered for more than a second meanwhile).
 //     Floor: `fke manager` started by hand against the management plane
-//     (itself started by hand, untimed), until the tenant /readyz.
+//     (itself started by hand, untimed), until its /readyz.
 //   - daemon: from `fke up` (the user's command after the crash) until the
 //     tenant /readyz. Floor: `fke up` after a clean `fke down`.
 //   - tenant kube-apiserver: its /readyz. Floor: the same command line by
@@ -144,7 +145,14 @@ func (r *recovery) crashes() {
 			var d time.Duration
 			switch c {
 			case caseManager:
-				d = sinceReady(r.b, testenv.KillPID(r.b, r.componentPID("fke-manager")), r.tenantReady)
+				probe, err := testenv.ProbeAPI(r.tenant, "/api/v1/namespaces/default", 100*time.Millisecond)
+				if err != nil {
+					r.b.Fatal(err)
+				}
+				d = sinceReady(r.b, testenv.KillPID(r.b, r.componentPID("fke-manager")), r.e.ManagerReadyz)
+				if gap, summary := probe.Stop(); gap > time.Second {
+					r.b.Fatalf("the tenant API went unanswered while the manager was down: %s", summary)
+				}
 			case caseDaemon:
 				testenv.KillPID(r.b, r.e.State().PID)
 				until(r.b, time.Minute, "processes gone", func() error {
@@ -176,7 +184,9 @@ func (r *recovery) floors() {
 	tenantEtcd, tenantAPI := r.tenantEtcdProc().Args, r.tenantAPIProc().Args
 	mgmtEtcd := r.one("etcd", "--data-dir="+filepath.Join(r.e.DataDir, "etcd")).Args
 	mgmtAPI := r.one("kube-apiserver", "--secure-port="+strconv.Itoa(r.e.ManagementPorts().APIServer)).Args
-	manager := r.one(r.e.DataDir, "manager", "--health-addr").Args
+	// By hand, with no daemon to hold the tenant processes: the manager
+	// runs them itself.
+	manager := withoutFlag(r.one(r.e.DataDir, "manager", "--health-addr").Args, "--process-holder")
 	tenantEtcdReady := r.etcdReady("rec", r.tenantEtcdPort())
 	mgmtEtcdReady := r.etcdReady("", r.e.ManagementPorts().EtcdClient)
 	mgmtAPIReady := func() error { return testenv.Readyz(r.e.ManagementConfig()) }
@@ -201,11 +211,26 @@ func (r *recovery) floors() {
 	// fke-manager: against the management plane started by hand (untimed).
 	me, ma := r.start(mgmtEtcd), r.start(mgmtAPI)
 	until(r.b, time.Minute, "management API", mgmtAPIReady)
-	r.floor[caseManager] = r.byHand(manager, r.tenantReady)
+	r.floor[caseManager] = r.byHand(manager, r.e.ManagerReadyz)
 	r.stop(ma)
 	r.stop(me)
 	// Leave the plane running for testenv's `fke down --purge`.
 	r.e.MustRun("up", "--warm-pool=0")
+}
+
+// withoutFlag returns args without the flag name and its value.
+func withoutFlag(args []string, name string) []string {
+	var out []string
+	for i := 0; i < len(args); i++ {
+		switch {
+		case args[i] == name:
+			i++ // and its value
+		case strings.HasPrefix(args[i], name+"="):
+		default:
+			out = append(out, args[i])
+		}
+	}
+	return out
 }
 
 // byHand starts args recoveryRuns times, each time measuring until ready.

@@ -161,7 +161,7 @@ func newDaemonCmd(g *globals) *cobra.Command {
 
 // newManagerCmd runs fke-manager (the daemon starts it).
 func newManagerCmd(g *globals) *cobra.Command {
-	var kubeconfig, healthAddr, metricsAddr, nodeAddress, registry string
+	var kubeconfig, healthAddr, metricsAddr, nodeAddress, registry, holder string
 	var hook manager.WebhookOptions
 	var warm cluster.WarmPool
 	cmd := &cobra.Command{
@@ -173,7 +173,7 @@ func newManagerCmd(g *globals) *cobra.Command {
 			return manager.Run(cmd.Context(), manager.Options{
 				Kubeconfig: kubeconfig, DataDir: g.dataDir, Binaries: g.finder(),
 				HealthAddr: healthAddr, MetricsAddr: metricsAddr, Webhook: hook, NodeAddress: nodeAddress, Registry: registry,
-				WarmPool: warm, Logger: newLogger(g.errOut),
+				WarmPool: warm, ProcessHolder: holder, Logger: newLogger(g.errOut),
 			})
 		},
 	}
@@ -186,6 +186,7 @@ func newManagerCmd(g *globals) *cobra.Command {
 	cmd.Flags().StringVar(&registry, "registry", "", "loopback address of fke's OCI registry (host:port)")
 	cmd.Flags().IntVar(&warm.Size, "warm-pool", 0, "standby control planes kept started for new clusters of the default version (0: none)")
 	cmd.Flags().StringVar(&warm.Namespace, "warm-pool-namespace", manager.DefaultSystemNamespace, "namespace of the standby planes' Secrets and the pool's status")
+	cmd.Flags().StringVar(&holder, "process-holder", "", "socket of the daemon that holds tenant control-plane processes across restarts of this manager (empty: they end with it)")
 	_ = cmd.MarkFlagRequired("kubeconfig")
 	return cmd
 }

@@ -98,6 +98,11 @@ func Daemon(ctx context.Context, opts DaemonOptions) error {
 		return fmt.Errorf("writing management kubeconfig: %w", err)
 	}
 
+	// The daemon holds the tenant control planes fke-manager runs, so that
+	// they serve on when it crashes; they stop after it, with the daemon.
+	holderArgs, stopHolder := startHolder(p, log.With("component", "process-holder"))
+	defer stopHolder()
+
 	group := supervisor.NewGroup(log)
 	defer func() {
 		publish(PhaseStopping, "stopping")
@@ -139,7 +144,7 @@ func Daemon(ctx context.Context, opts DaemonOptions) error {
 		Args: append([]string{"manager", "--kubeconfig", p.Kubeconfig(), "--data-dir", p.Dir,
 			"--health-addr", "127.0.0.1:" + strconv.Itoa(pt.Manager),
 			"--webhook-port", strconv.Itoa(pt.Webhook), "--webhook-cert-dir", p.WebhookPKI(),
-			"--warm-pool", strconv.Itoa(opts.WarmPool)}, registryArgs(st.Registry)...),
+			"--warm-pool", strconv.Itoa(opts.WarmPool)}, append(registryArgs(st.Registry), holderArgs...)...),
 		Env:     append(os.Environ(), binaries.EnvDir+"="+binDirOf(bins[binaries.Etcd])),
 		LogPath: filepath.Join(p.Logs(), "fke-manager.log"),
 		Ready:   supervisor.WaitHTTPReady("http://127.0.0.1:"+strconv.Itoa(pt.Manager)+"/readyz", nil),
@@ -179,6 +184,43 @@ func Daemon(ctx context.Context, opts DaemonOptions) error {
 			return nil
 		case <-tick.C:
 		}
+	}
+}
+
+// maxSocketPath is the longest path a Unix socket may bind (sun_path, less
+// its terminating zero).
+const maxSocketPath = 107
+
+// startHolder serves a supervisor.Holder for fke-manager and returns the
+// manager's arguments that point at it, and the function that stops every
+// process it holds. Where the data directory's path is too long for a
+// socket, the manager runs its processes itself (they then end with it).
+func startHolder(p Paths, log *slog.Logger) ([]string, func()) {
+	socket := p.HolderSocket()
+	if len(socket) > maxSocketPath {
+		log.Warn("no process holder: the data directory's path is too long for a socket; tenant control planes end when fke-manager does", "socket", socket)
+		return nil, func() {}
+	}
+	ln, err := supervisor.Listen(socket)
+	if err != nil {
+		log.Warn("no process holder; tenant control planes end when fke-manager does", "error", err)
+		return nil, func() {}
+	}
+	h := supervisor.NewHolder(log)
+	ctx, cancel := context.WithCancel(context.Background())
+	served := make(chan struct{})
+	go func() {
+		defer close(served)
+		if err := h.Serve(ctx, ln); err != nil {
+			log.Error("process holder stopped", "error", err)
+		}
+	}()
+	return []string{"--process-holder", socket}, func() {
+		stopCtx, stopCancel := context.WithTimeout(context.Background(), 60*time.Second)
+		defer stopCancel()
+		h.StopAll(stopCtx)
+		cancel()
+		<-served
 	}
 }
 

@@ -62,6 +62,10 @@ func (p Paths) Ports() string { return filepath.Join(p.Dir, "ports.json") }
 // beside etcd's data, not in it, and goes with `fke down --purge`.
 func (p Paths) EncryptionConfig() string { return filepath.Join(p.Dir, encryption.ConfigFile) }
 
+// HolderSocket is where the daemon holds the processes of tenant control
+// planes for fke-manager (see supervisor.Holder).
+func (p Paths) HolderSocket() string { return filepath.Join(p.Dir, "run", "holder.sock") }
+
 // Registry holds the OCI registry's storage.
 func (p Paths) Registry() string { return filepath.Join(p.Dir, "registry") }
 

@@ -42,6 +42,7 @@ import (
 	"fke.dev/fke/internal/hostnet"
 	"fke.dev/fke/internal/nodejoin"
 	"fke.dev/fke/internal/nodeprovider"
+	"fke.dev/fke/internal/supervisor"
 	"fke.dev/fke/internal/nodeprovider/kwok"
 	localnodes "fke.dev/fke/internal/nodeprovider/local"
 	"fke.dev/fke/internal/tenant"
@@ -87,6 +88,12 @@ type Options struct {
 	// LeaderElection, when enabled, makes replicas of the manager elect one
 	// leader that runs the controllers.
 	LeaderElection LeaderElectionOptions
+	// ProcessHolder, when set, is the socket of a supervisor.Holder (fke's
+	// daemon) that runs the processes of local control planes for this
+	// manager, so that they serve on while it is down and a manager in
+	// its place takes them over. Empty: this manager runs them itself and
+	// they end with it.
+	ProcessHolder string
 }
 
 // HostedOptions configure the hosted runtime (see hosted.Options).
@@ -179,6 +186,9 @@ func Run(ctx context.Context, opts Options) error {
 	if enabled(opts.Runtimes, fkev1.RuntimeLocal) {
 		if rt, err = local.New(filepath.Join(opts.DataDir, "clusters"), opts.Binaries, log.With("component", "controlplane")); err != nil {
 			return err
+		}
+		if opts.ProcessHolder != "" {
+			rt.HoldProcessesIn(supervisor.NewHolderClient(opts.ProcessHolder))
 		}
 		defer stopping(log, "control planes", rt.StopAll)
 	} else {

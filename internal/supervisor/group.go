@@ -22,8 +22,9 @@ import (
 type Group struct {
 	log *slog.Logger
 
-	mu    sync.Mutex
-	procs map[string]*Process
+	mu     sync.Mutex
+	holder *HolderClient
+	procs  map[string]*Process
 	order []string // names in start order
 }
 
@@ -63,16 +64,26 @@ func (g *Group) Start(ctx context.Context, spec Spec) (*Process, error) {
 		}
 	}
 	p := newProcess(spec, path, g.log)
+	p.holder = g.holder
 	p.mu.Lock()
-	cmd, cancelProbe, err := p.startLocked(ctx)
+	c, cancelProbe, err := p.startLocked(ctx)
 	p.mu.Unlock()
 	if err != nil {
 		return nil, fmt.Errorf("starting %s: %w", spec.Name, err)
 	}
 	g.procs[spec.Name] = p
 	g.order = append(slices.DeleteFunc(g.order, func(n string) bool { return n == spec.Name }), spec.Name)
-	go p.run(cmd, cancelProbe)
+	go p.run(c, cancelProbe)
 	return p, nil
+}
+
+// HoldIn has h start the children this group starts from now on (see
+// Holder): they survive this process and a later supervisor in its place
+// takes them over. Call it before the first Start.
+func (g *Group) HoldIn(h *HolderClient) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.holder = h
 }
 
 // Get returns the process named name, or nil if the group never started one.

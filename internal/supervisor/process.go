@@ -66,6 +66,12 @@ type Spec struct {
 	// applied only when this process may lower a niceness again (runs as
 	// root), and SetNice changes it while the child runs.
 	Nice int
+	// Slot names what the child holds that no other child may hold at the
+	// same time (a port, a data directory); empty means its Name. It
+	// matters only to a Group whose children a Holder keeps: a child left
+	// by a previous supervisor in the same slot is taken over when its
+	// command is the same, else stopped before this one starts.
+	Slot string
 	// BeforeRestart, when set, runs before every restart after an
 	// unexpected exit (not before the first start), when the backoff is
 	// over, with no lock held. Its ctx ends when Stop begins or after 30s.
@@ -123,9 +129,10 @@ func (s State) String() string {
 
 // Process is one supervised child. Its methods are safe for concurrent use.
 type Process struct {
-	spec Spec
-	path string // resolved binary
-	log  *slog.Logger
+	spec   Spec
+	path   string // resolved binary
+	log    *slog.Logger
+	holder *HolderClient // nil: children are started here
 
 	stopCh chan struct{} // closed when Stop begins
 	done   chan struct{} // closed when the process is Stopped or Failed
@@ -241,44 +248,141 @@ func (p *Process) setStateLocked(s State) {
 	p.changed = make(chan struct{})
 }
 
-// startLocked starts a child and its readiness probe. The caller holds p.mu,
-// so that Stop sees either no child or its pid.
-func (p *Process) startLocked(ctx context.Context) (*exec.Cmd, context.CancelFunc, error) {
-	cmd := &exec.Cmd{
-		Path: p.path,
+// launch is what starting the child of a Spec takes: the same for a child
+// started here and one started by a Holder.
+type launch struct {
+	Name string `json:"name"`
+	// Slot: see Spec.Slot; the name when empty.
+	Slot    string   `json:"slot"`
+	Path    string   `json:"path"` // resolved binary
+	Args    []string `json:"args"` // argv, from argv[0]
+	Env     []string `json:"env"`
+	Dir     string   `json:"dir,omitempty"`
+	LogPath string   `json:"logPath,omitempty"`
+	Nice    int      `json:"nice,omitempty"`
+	// GraceSeconds is the SIGTERM → SIGKILL delay when a Holder replaces
+	// the child.
+	GraceSeconds float64 `json:"graceSeconds,omitempty"`
+}
+
+func (p *Process) launch() launch {
+	l := launch{
+		Name: p.spec.Name, Slot: p.spec.Slot, Path: p.path,
 		Args: append([]string{p.spec.Path}, p.spec.Args...),
-		Env:  p.spec.Env,
-		Dir:  p.spec.Dir,
+		Env:  p.spec.Env, Dir: p.spec.Dir, LogPath: p.spec.LogPath, Nice: p.spec.Nice,
+		GraceSeconds: p.spec.GracePeriod.Seconds(),
+	}
+	if l.Slot == "" {
+		l.Slot = l.Name
+	}
+	return l
+}
+
+// command builds the child of l, in its own process group (so that a stop
+// reaches grandchildren) and killed by the kernel when the starting
+// process dies (see spawn.go). The caller closes the returned log file, if
+// any, once the child started.
+func (l launch) command() (*exec.Cmd, *os.File, error) {
+	cmd := &exec.Cmd{
+		Path: l.Path,
+		Args: l.Args,
+		Env:  l.Env,
+		Dir:  l.Dir,
 		SysProcAttr: &syscall.SysProcAttr{
-			// Own process group, so that Stop reaches grandchildren.
-			Setpgid: true,
-			// Die with the supervisor (see spawn.go).
+			Setpgid:   true,
 			Pdeathsig: syscall.SIGKILL,
 		},
 	}
-	if p.spec.LogPath != "" {
-		if err := os.MkdirAll(filepath.Dir(p.spec.LogPath), 0o755); err != nil {
-			return nil, nil, fmt.Errorf("creating log directory: %w", err)
-		}
-		logFile, err := os.OpenFile(p.spec.LogPath, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
-		if err != nil {
-			return nil, nil, fmt.Errorf("opening log file: %w", err)
-		}
+	if l.LogPath == "" {
+		return cmd, nil, nil
+	}
+	if err := os.MkdirAll(filepath.Dir(l.LogPath), 0o755); err != nil {
+		return nil, nil, fmt.Errorf("creating log directory: %w", err)
+	}
+	logFile, err := os.OpenFile(l.LogPath, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
+	if err != nil {
+		return nil, nil, fmt.Errorf("opening log file: %w", err)
+	}
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	return cmd, logFile, nil
+}
+
+// start starts l here, on the spawner thread.
+func (l launch) start(ctx context.Context, log *slog.Logger) (*exec.Cmd, error) {
+	cmd, logFile, err := l.command()
+	if err != nil {
+		return nil, err
+	}
+	if logFile != nil {
 		// The child holds its own descriptor once started.
 		defer func() {
 			if err := logFile.Close(); err != nil {
-				p.log.Warn("closing log file failed", "path", p.spec.LogPath, "error", err)
+				log.Warn("closing log file failed", "path", l.LogPath, "error", err)
 			}
 		}()
-		cmd.Stdout, cmd.Stderr = logFile, logFile
 	}
-	if err := spawn(ctx, cmd, p.spec.Nice); err != nil {
-		return nil, nil, err
+	if err := spawn(ctx, cmd, l.Nice); err != nil {
+		return nil, err
+	}
+	return cmd, nil
+}
+
+// child is one running instance of a Process's binary.
+type child interface {
+	pid() int
+	// wait blocks until the child has exited and returns log attributes
+	// that say how it ended.
+	wait() []any
+}
+
+// ownChild is a child this process started and waits for.
+type ownChild struct{ cmd *exec.Cmd }
+
+func (c ownChild) pid() int { return c.cmd.Process.Pid }
+
+func (c ownChild) wait() []any {
+	err := c.cmd.Wait()
+	return exitAttrs(c.cmd, c.pid(), err)
+}
+
+// startLocked starts a child (or, with a Holder, takes over the one a
+// previous supervisor left running) and its readiness probe. The caller
+// holds p.mu, so that Stop sees either no child or its pid.
+func (p *Process) startLocked(ctx context.Context) (child, context.CancelFunc, error) {
+	var (
+		c       child
+		adopted bool
+	)
+	l := p.launch()
+	if p.holder != nil {
+		if l.Env == nil {
+			l.Env = os.Environ() // this process's, not the holder's
+		}
+		held, took, err := p.holder.start(ctx, l)
+		if err != nil {
+			return nil, nil, err
+		}
+		c, adopted = held, took
+	} else {
+		cmd, err := l.start(ctx, p.log)
+		if err != nil {
+			return nil, nil, err
+		}
+		c = ownChild{cmd}
 	}
 	p.gen++
-	p.pid = cmd.Process.Pid
+	p.pid = c.pid()
 	p.setStateLocked(Starting)
-	p.log.Info("process started", "pid", p.pid, "restarts", p.restarts, "path", p.path)
+	if adopted {
+		p.log.Info("process adopted: it ran on while no supervisor did", "pid", p.pid, "path", p.path)
+		if canRenice {
+			if err := renice(p.pid, p.spec.Nice); err != nil {
+				p.log.Warn("setting the niceness of an adopted process failed", "pid", p.pid, "error", err)
+			}
+		}
+	} else {
+		p.log.Info("process started", "pid", p.pid, "restarts", p.restarts, "path", p.path)
+	}
 	probeCtx, cancel := context.WithCancel(context.Background())
 	if p.spec.Ready == nil {
 		p.setStateLocked(Ready)
@@ -286,7 +390,7 @@ func (p *Process) startLocked(ctx context.Context) (*exec.Cmd, context.CancelFun
 	} else {
 		go p.probe(probeCtx, p.gen, p.pid)
 	}
-	return cmd, cancel, nil
+	return c, cancel, nil
 }
 
 // probe polls Spec.Ready until it succeeds or ctx (the child's run) ends.
@@ -320,16 +424,14 @@ func (p *Process) probe(ctx context.Context, gen, pid int) {
 
 // run waits for the child and restarts it with backoff until Stop or
 // MaxRestarts.
-func (p *Process) run(cmd *exec.Cmd, cancelProbe context.CancelFunc) {
+func (p *Process) run(c child, cancelProbe context.CancelFunc) {
 	defer close(p.done)
 	backoff := p.spec.MinBackoff
 	for {
 		started := time.Now()
-		waitErr := cmd.Wait()
+		attrs := c.wait()
 		cancelProbe()
-		pid := cmd.Process.Pid
-		killGroup(p.log, pid, syscall.SIGKILL) // whatever the child left behind
-		attrs := exitAttrs(cmd, pid, waitErr)
+		killGroup(p.log, c.pid(), syscall.SIGKILL) // whatever the child left behind
 
 		p.mu.Lock()
 		p.pid = 0
@@ -374,7 +476,7 @@ func (p *Process) run(cmd *exec.Cmd, cancelProbe context.CancelFunc) {
 			}
 			p.attempts++
 			var err error
-			cmd, cancelProbe, err = p.startLocked(context.Background())
+			c, cancelProbe, err = p.startLocked(context.Background())
 			if err == nil {
 				p.restarts++
 				p.mu.Unlock()

@@ -23,8 +23,11 @@ import (
 const helperEnv = "FKE_SUPERVISOR_TEST_HELPER"
 
 func TestMain(m *testing.M) {
-	if os.Getenv(helperEnv) == "pdeathsig" {
+	switch os.Getenv(helperEnv) {
+	case "pdeathsig":
 		os.Exit(pdeathsigHelper())
+	case "held":
+		os.Exit(heldHelper())
 	}
 	os.Exit(m.Run())
 }

@@ -71,6 +71,12 @@ func New(dir string, finder binaries.Finder, log *slog.Logger) (*Runtime, error)
 	}, nil
 }
 
+// HoldProcessesIn has the holder behind c run the control planes' processes
+// (see supervisor.Holder): they serve on while this process is down, and a
+// Runtime in a later process takes them over when it ensures the same
+// control plane. Call it before the first Ensure.
+func (r *Runtime) HoldProcessesIn(c *supervisor.HolderClient) { r.group.HoldIn(c) }
+
 // componentProc is a running component: its process name and version.
 type componentProc struct{ name, version string }
 
@@ -108,6 +114,18 @@ func (r *Runtime) DataDir(key string) string {
 }
 
 func processName(key, component string) string { return key + "/" + component }
+
+// slot is the supervisor.Spec.Slot of component: its port, which stays when
+// a standby plane becomes a cluster's and when the component is upgraded.
+func slot(spec controlplane.Spec, component string) string {
+	port := map[string]int{
+		controlplane.Etcd:              spec.Ports.EtcdClient,
+		controlplane.APIServer:         spec.Ports.APIServer,
+		controlplane.ControllerManager: spec.Ports.ControllerManager,
+		controlplane.Scheduler:         spec.Ports.Scheduler,
+	}[component]
+	return "127.0.0.1:" + strconv.Itoa(port)
+}
 
 // Ensure implements controlplane.Runtime. etcd and the API server start at
 // once (the API server retries etcd); the controller manager and the
@@ -211,7 +229,7 @@ func (r *Runtime) startMissing(ctx context.Context, spec controlplane.Spec, layo
 		if err != nil {
 			return controlplane.Status{}, fmt.Errorf("starting %s of %s: %w", c, spec.Key, err)
 		}
-		s := supervisor.Spec{Name: name, Path: path, Args: componentArgs(c, layout, spec), Env: componentEnv(c), LogPath: layout.log(c), Ready: ready[c]}
+		s := supervisor.Spec{Name: name, Slot: slot(spec, c), Path: path, Args: componentArgs(c, layout, spec), Env: componentEnv(c), LogPath: layout.log(c), Ready: ready[c]}
 		if spec.Standby {
 			s.Nice = standbyNice
 		}

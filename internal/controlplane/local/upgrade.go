@@ -91,7 +91,7 @@ func (r *Runtime) replaceAPIServer(ctx context.Context, spec controlplane.Spec, 
 	}
 	next := componentProc{name: processName(spec.Key, controlplane.APIServer) + "@" + spec.Version, version: spec.Version}
 	p, err := r.group.Start(ctx, supervisor.Spec{
-		Name: next.name, Path: path, Args: apiServerArgs(l, spec), LogPath: l.log(controlplane.APIServer),
+		Name: next.name, Slot: slot(spec, controlplane.APIServer), Path: path, Args: apiServerArgs(l, spec), Env: componentEnv(controlplane.APIServer), LogPath: l.log(controlplane.APIServer),
 		Ready: versionReady(endpoint(spec), apiTLS, spec.Version),
 	})
 	if err != nil {
@@ -127,7 +127,7 @@ func (r *Runtime) restartAt(ctx context.Context, spec controlplane.Spec, l layou
 		}
 		name := processName(spec.Key, component) + "@" + version
 		p, err := r.group.Start(ctx, supervisor.Spec{
-			Name: name, Path: bin, Args: componentArgs(component, l, spec), Env: componentEnv(component), LogPath: l.log(component),
+			Name: name, Slot: slot(spec, component), Path: bin, Args: componentArgs(component, l, spec), Env: componentEnv(component), LogPath: l.log(component),
 			Ready: supervisor.WaitHTTPReady(fmt.Sprintf("https://127.0.0.1:%d/healthz", port), selfSignedTLS()),
 		})
 		if err != nil {

@@ -1,0 +1,226 @@
+package supervisor
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+const heldSpecEnv = "FKE_SUPERVISOR_TEST_HELD_SPEC"
+
+// heldHelper runs in a re-executed test binary as a supervisor whose
+// children a Holder keeps (a manager under the daemon): it starts the
+// Spec in $FKE_SUPERVISOR_TEST_HELD_SPEC through the holder on the socket
+// $FKE_SUPERVISOR_TEST_HELD_SPEC names, prints the child's pid once it is
+// Ready, and idles until the test kills it.
+func heldHelper() int {
+	var req heldRequest
+	if err := json.Unmarshal([]byte(os.Getenv(heldSpecEnv)), &req); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	g := NewGroup(slog.New(slog.NewTextHandler(os.Stderr, nil)))
+	g.HoldIn(NewHolderClient(req.Socket))
+	p, err := g.Start(context.Background(), Spec{Name: req.Name, Slot: req.Slot, Path: req.Path, Args: req.Args, Env: req.Env, GracePeriod: time.Second})
+	if err == nil {
+		ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+		err = p.WaitReady(ctx)
+		cancel()
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	fmt.Println(p.Pid())
+	for { // idle until killed
+		time.Sleep(time.Hour)
+	}
+}
+
+// heldRequest is what heldHelper starts (a Spec has functions).
+type heldRequest struct {
+	Socket, Name, Slot, Path string
+	Args, Env                []string
+}
+
+// runHeld starts a helper supervisor that has the holder on socket start
+// spec, returns the child's pid and kills the helper (SIGKILL, as a crash).
+func runHeld(t *testing.T, socket string, spec Spec) int {
+	t.Helper()
+	env, err := json.Marshal(heldRequest{Socket: socket, Name: spec.Name, Slot: spec.Slot, Path: spec.Path, Args: spec.Args, Env: spec.Env})
+	if err != nil {
+		t.Fatal(err)
+	}
+	helper := exec.Command(os.Args[0], "-test.run=^$")
+	helper.Env = append(os.Environ(), helperEnv+"=held", heldSpecEnv+"="+string(env))
+	helper.Stderr = os.Stderr
+	stdout, err := helper.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := helper.Start(); err != nil {
+		t.Fatalf("starting helper: %v", err)
+	}
+	defer func() {
+		_ = helper.Process.Kill()
+		_ = helper.Wait()
+	}()
+	line, err := bufio.NewReader(stdout).ReadString('\n')
+	if err != nil {
+		t.Fatalf("reading the helper's child pid: %v", err)
+	}
+	pid, err := strconv.Atoi(line[:len(line)-1])
+	if err != nil {
+		t.Fatalf("helper printed %q: %v", line, err)
+	}
+	return pid
+}
+
+func startHolder(t *testing.T, window time.Duration) (*Holder, string) {
+	t.Helper()
+	socket := filepath.Join(t.TempDir(), "run", "holder.sock")
+	h := NewHolder(nil)
+	h.AdoptWindow = window
+	ln, err := Listen(socket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	served := make(chan error, 1)
+	go func() { served <- h.Serve(ctx, ln) }()
+	t.Cleanup(func() {
+		stopCtx, stopCancel := context.WithTimeout(context.Background(), testTimeout)
+		defer stopCancel()
+		h.StopAll(stopCtx)
+		cancel()
+		if err := <-served; err != nil {
+			t.Errorf("Serve: %v", err)
+		}
+	})
+	fi, err := os.Stat(socket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fi.Mode().Perm() != 0o600 {
+		t.Errorf("socket mode %v, want 0600", fi.Mode().Perm())
+	}
+	return h, socket
+}
+
+// A supervisor that dies leaves its held children running; the next one
+// takes over a child of the same slot and command, replaces one whose
+// command changed, and children no one takes over within the window stop.
+func TestHolderKeepsChildrenAcrossSupervisors(t *testing.T) {
+	h, socket := startHolder(t, 3*time.Second)
+	sleep := func(arg string) Spec {
+		return Spec{Name: "c/etcd", Slot: "127.0.0.1:2379", Path: "sleep", Args: []string{arg}, Env: []string{"LANG=C"}, GracePeriod: time.Second}
+	}
+
+	first := runHeld(t, socket, sleep("1000"))
+	killOnCleanup(t, first)
+	if gone(first) {
+		t.Fatalf("child %d ended with its supervisor", first)
+	}
+	// Another name in the same slot and the same command: handed over.
+	renamed := sleep("1000")
+	renamed.Name = "c/etcd@v2"
+	if again := runHeld(t, socket, renamed); again != first {
+		t.Fatalf("second supervisor got pid %d, want the running child %d", again, first)
+	}
+
+	// The command changed: the old child stops before the new one starts.
+	replaced := runHeld(t, socket, sleep("999"))
+	killOnCleanup(t, replaced)
+	if replaced == first {
+		t.Fatal("a changed command was handed the old child")
+	}
+	if !gone(first) {
+		t.Errorf("old child %d still runs beside its replacement", first)
+	}
+
+	// A new supervisor that never asks for the slot: after the window the
+	// child no one took over stops; the new supervisor's own child stays.
+	other := runHeld(t, socket, Spec{Name: "other", Path: "sleep", Args: []string{"1000"}})
+	killOnCleanup(t, other)
+	waitFor(t, "the unclaimed child to stop", func() bool { return gone(replaced) })
+	if gone(other) {
+		t.Error("the newest supervisor's child was stopped")
+	}
+	h.StopAll(ctxTimeout(t))
+	if !gone(other) {
+		t.Error("StopAll left a child running")
+	}
+}
+
+// A Group whose children a Holder keeps supervises them as its own: a
+// child that exits is started again, Stop ends it, and the holder reaps it.
+func TestHeldGroupRestartsAndStops(t *testing.T) {
+	h, socket := startHolder(t, time.Minute)
+	g, logs := newTestGroup(t)
+	g.HoldIn(NewHolderClient(socket))
+	marker := filepath.Join(t.TempDir(), "runs")
+	path, args := sh(`echo run >> ` + marker + `; [ $(wc -l < ` + marker + `) -ge 2 ] && exec sleep 1000; exit 3`)
+	p, err := g.Start(ctxTimeout(t), Spec{Name: "flaky", Path: path, Args: args, MinBackoff: 10 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.WaitReady(ctxTimeout(t)); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "a restart", func() bool { return p.Restarts() == 1 && p.State() == Ready })
+	pid := p.Pid()
+	killOnCleanup(t, pid)
+	if ppid := parentOf(t, pid); ppid != os.Getpid() {
+		t.Fatalf("held child's parent is %d, want the holder %d", ppid, os.Getpid())
+	}
+	if n := len(logs.entries(t, "process exited unexpectedly")); n != 1 {
+		t.Errorf("%d exits logged, want 1", n)
+	}
+	if err := g.Stop(ctxTimeout(t), "flaky"); err != nil {
+		t.Fatal(err)
+	}
+	if !gone(pid) {
+		t.Errorf("child %d still runs after Stop", pid)
+	}
+	waitFor(t, "the holder to reap the child", func() bool {
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		return len(h.held) == 0
+	})
+}
+
+func parentOf(t *testing.T, pid int) int {
+	t.Helper()
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ppid int
+	for line := range strings.Lines(string(data)) {
+		if _, err := fmt.Sscanf(line, "PPid:\t%d", &ppid); err == nil {
+			return ppid
+		}
+	}
+	t.Fatalf("no PPid in /proc/%d/status", pid)
+	return 0
+}
+
+// A start request must say who asks and what to run.
+func TestHolderRefusesIncompleteRequests(t *testing.T) {
+	h := NewHolder(nil)
+	if _, err := h.start(context.Background(), "", launch{Name: "x", Path: "/bin/true", Args: []string{"true"}}); err == nil {
+		t.Error("a request without a session was accepted")
+	}
+	if _, err := h.start(context.Background(), "s", launch{Name: "x"}); err == nil {
+		t.Error("a request without a command was accepted")
+	}
+}
