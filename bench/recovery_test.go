@@ -60,6 +60,7 @@ type recovery struct {
 	tenant *rest.Config
 	crash  map[string][]time.Duration
 	floor  map[string][]time.Duration
+	outDir string // output of the processes started by hand
 }
 
 const (
@@ -239,18 +240,57 @@ func (r *recovery) byHand(args []string, ready func() error) []time.Duration {
 	for range recoveryRuns {
 		start := time.Now()
 		cmd := r.start(args)
-		out = append(out, sinceReady(r.b, start, ready))
+		out = append(out, sinceReady(r.b, start, func() error {
+			err := ready()
+			if err != nil && exited(cmd.Process.Pid) {
+				output, _ := os.ReadFile(r.outputOf(cmd))
+				r.b.Fatalf("%s exited before it served (%v); its output:\n%s", args[0], err, lastLines(string(output), 30))
+			}
+			return err
+		}))
 		r.stop(cmd)
 	}
 	return out
+}
+
+// exited reports whether pid has exited (gone, or a zombie not yet reaped).
+func exited(pid int) bool {
+	stat, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return true
+	}
+	i := strings.LastIndexByte(string(stat), ')')
+	return i >= 0 && i+2 < len(stat) && stat[i+2] == 'Z'
+}
+
+func lastLines(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	return strings.Join(lines[max(0, len(lines)-n):], "\n")
+}
+
+// outputOf is the file a process started by start writes to.
+func (r *recovery) outputOf(cmd *exec.Cmd) string {
+	return filepath.Join(r.outDir, strconv.Itoa(cmd.Process.Pid)+".log")
 }
 
 func (r *recovery) start(args []string) *exec.Cmd {
 	cmd := exec.Command(args[0], args[1:]...)
 	cmd.Env = append(os.Environ(), binaries.EnvDir+"="+r.e.BinDir)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if r.outDir == "" {
+		r.outDir = r.b.TempDir()
+	}
+	out, err := os.CreateTemp(r.outDir, "start-*")
+	if err != nil {
+		r.b.Fatal(err)
+	}
+	defer out.Close()
+	cmd.Stdout, cmd.Stderr = out, out
 	if err := cmd.Start(); err != nil {
 		r.b.Fatalf("starting %s: %v", args[0], err)
+	}
+	if err := os.Rename(out.Name(), r.outputOf(cmd)); err != nil {
+		r.b.Fatal(err)
 	}
 	return cmd
 }

@@ -97,10 +97,19 @@ func BenchmarkRollout(b *testing.B) {
 		return err != nil, "still there"
 	})
 	create()
+	// The timeline: when the old pods were all gone, when half the new
+	// ones ran.
+	var oldGone, halfRunning time.Duration
 	waitFor(b, 10*time.Minute, "new pods Running, old ones gone", func() (bool, string) {
 		running, oldLeft, total, err := countRollout(ctx, cs, oldUIDs)
 		if err != nil {
 			return false, err.Error()
+		}
+		if oldLeft == 0 && oldGone == 0 {
+			oldGone = time.Since(start)
+		}
+		if running >= pods/2 && halfRunning == 0 {
+			halfRunning = time.Since(start)
 		}
 		return running == pods && oldLeft == 0, fmt.Sprintf("%d/%d new running, %d old left, %d in all", running, pods, oldLeft, total)
 	})
@@ -118,9 +127,9 @@ func BenchmarkRollout(b *testing.B) {
 	b.ReportMetric(float64(top-need), "surplus-nodes")
 	b.ReportMetric(took.Seconds(), "s-all-running")
 	b.ReportMetric(float64(nominated), "pods-nominated-terminating")
-	b.Logf("rollout of %d pods (old pods stop in %s): all Running %s after the delete; machines %d → peak %d (surplus %d); "+
+	b.Logf("rollout of %d pods (old pods stop in %s): all Running %s after the delete (old pods all gone at %s, half the new ones Running at %s); machines %d → peak %d (surplus %d); "+
 		"%d pods Nominated to the room of terminating pods, %d TriggeredScaleUp events",
-		pods, stop, took.Round(100*time.Millisecond), before, top, top-need, nominated, triggered)
+		pods, stop, took.Round(100*time.Millisecond), oldGone.Round(100*time.Millisecond), halfRunning.Round(100*time.Millisecond), before, top, top-need, nominated, triggered)
 }
 
 // rolloutDeployment is replicas pods × 1 GPU written as users write them

@@ -190,7 +190,7 @@ func Run(ctx context.Context, opts Options) error {
 		if opts.ProcessHolder != "" {
 			rt.HoldProcessesIn(supervisor.NewHolderClient(opts.ProcessHolder))
 		}
-		defer stopping(log, "control planes", rt.StopAll)
+		defer stopping(log, "control planes", rt.StopAll)()
 	} else {
 		// Standby planes are local control planes: no pool, and no pool
 		// status to read or write.
@@ -217,7 +217,7 @@ func Run(ctx context.Context, opts Options) error {
 	if enabled(opts.Providers, fkev1.ProviderKwok) {
 		kwokProvider := kwok.New(kwok.Options{DataDir: filepath.Join(opts.DataDir, "clusters"), Binaries: opts.Binaries, Logger: log.With("component", "kwok"), Workloads: kwokWorkloads})
 		providers[fkev1.ProviderKwok] = kwokProvider
-		defer stopping(log, "kwok", kwokProvider.StopAll)
+		defer stopping(log, "kwok", kwokProvider.StopAll)()
 	}
 	if enabled(opts.Providers, fkev1.ProviderLocal) {
 		if lp := localProvider(ctx, opts, log); lp != nil {
@@ -226,7 +226,7 @@ func Run(ctx context.Context, opts Options) error {
 				// Local nodes reach tenant API servers at the bridge's gateway.
 				opts.NodeAddress = hostnet.Gateway.String()
 			}
-			defer stopping(log, "local nodes", lp.StopAll)
+			defer stopping(log, "local nodes", lp.StopAll)()
 		}
 	}
 	tenants := tenant.NewRegistry(scheme, cluster.KubeconfigReader(mgr.GetClient()), log.With("component", "tenants"))
