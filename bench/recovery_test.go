@@ -61,6 +61,8 @@ type recovery struct {
 	crash  map[string][]time.Duration
 	floor  map[string][]time.Duration
 	outDir string // output of the processes started by hand
+	// byHand holds the pids of the processes started by hand that run.
+	byHandPIDs map[int]bool
 }
 
 const (
@@ -292,25 +294,30 @@ func (r *recovery) start(args []string) *exec.Cmd {
 	if err := os.Rename(out.Name(), r.outputOf(cmd)); err != nil {
 		r.b.Fatal(err)
 	}
+	if r.byHandPIDs == nil {
+		r.byHandPIDs = map[int]bool{}
+	}
+	r.byHandPIDs[cmd.Process.Pid] = true
 	return cmd
 }
 
 // stop kills the process group of cmd and waits until no process of the
-// benchmark's data directory runs (the tenant processes of a manager started
-// by hand die with it, by Pdeathsig; any left are this benchmark's and are
-// killed too).
+// benchmark's data directory runs but the others started by hand (the
+// tenant processes of a manager started by hand die with it, by Pdeathsig;
+// any left are this benchmark's and are killed too).
 func (r *recovery) stop(cmd *exec.Cmd) {
 	_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) // the group may be gone already
 	_ = cmd.Wait()                                      // killed: the exit status says so
+	delete(r.byHandPIDs, cmd.Process.Pid)
 	r.noneLeft()
 }
 
-// noneLeft waits until no process of the data directory runs, killing
-// those still there after 10 s.
+// noneLeft waits until no process of the data directory runs but those
+// started by hand, killing those still there after 10 s.
 func (r *recovery) noneLeft() {
 	deadline := time.Now().Add(10 * time.Second)
 	until(r.b, time.Minute, "processes gone", func() error {
-		left := testenv.FindProcs(r.e.DataDir)
+		left := slices.DeleteFunc(testenv.FindProcs(r.e.DataDir), func(p testenv.Proc) bool { return r.byHandPIDs[p.PID] })
 		if len(left) == 0 {
 			return nil
 		}
