@@ -4,8 +4,10 @@
 // spawned.
 //
 // Every child runs in its own process group and is killed by the kernel
-// (Pdeathsig) if the supervising process dies, so a crashed fke leaves no
-// orphaned etcd or kube-apiserver behind. Linux only.
+// (Pdeathsig) if the process that started it dies, so a crashed fke leaves
+// no orphaned etcd or kube-apiserver behind. A Group may have a Holder in
+// another process start its children instead (HoldIn): they then outlive
+// the supervising process, but not the holder. Linux only.
 package supervisor
 
 import (

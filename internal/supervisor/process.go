@@ -278,11 +278,10 @@ func (p *Process) launch() launch {
 	return l
 }
 
-// command builds the child of l, in its own process group (so that a stop
-// reaches grandchildren) and killed by the kernel when the starting
-// process dies (see spawn.go). The caller closes the returned log file, if
-// any, once the child started.
-func (l launch) command() (*exec.Cmd, *os.File, error) {
+// start starts l here, on the spawner thread: in its own process group
+// (so that a stop reaches grandchildren) and killed by the kernel when this
+// process dies (see spawn.go).
+func (l launch) start(ctx context.Context, log *slog.Logger) (*exec.Cmd, error) {
 	cmd := &exec.Cmd{
 		Path: l.Path,
 		Args: l.Args,
@@ -293,33 +292,21 @@ func (l launch) command() (*exec.Cmd, *os.File, error) {
 			Pdeathsig: syscall.SIGKILL,
 		},
 	}
-	if l.LogPath == "" {
-		return cmd, nil, nil
-	}
-	if err := os.MkdirAll(filepath.Dir(l.LogPath), 0o755); err != nil {
-		return nil, nil, fmt.Errorf("creating log directory: %w", err)
-	}
-	logFile, err := os.OpenFile(l.LogPath, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
-	if err != nil {
-		return nil, nil, fmt.Errorf("opening log file: %w", err)
-	}
-	cmd.Stdout, cmd.Stderr = logFile, logFile
-	return cmd, logFile, nil
-}
-
-// start starts l here, on the spawner thread.
-func (l launch) start(ctx context.Context, log *slog.Logger) (*exec.Cmd, error) {
-	cmd, logFile, err := l.command()
-	if err != nil {
-		return nil, err
-	}
-	if logFile != nil {
+	if l.LogPath != "" {
+		if err := os.MkdirAll(filepath.Dir(l.LogPath), 0o755); err != nil {
+			return nil, fmt.Errorf("creating log directory: %w", err)
+		}
+		logFile, err := os.OpenFile(l.LogPath, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
+		if err != nil {
+			return nil, fmt.Errorf("opening log file: %w", err)
+		}
 		// The child holds its own descriptor once started.
 		defer func() {
 			if err := logFile.Close(); err != nil {
 				log.Warn("closing log file failed", "path", l.LogPath, "error", err)
 			}
 		}()
+		cmd.Stdout, cmd.Stderr = logFile, logFile
 	}
 	if err := spawn(ctx, cmd, l.Nice); err != nil {
 		return nil, err
