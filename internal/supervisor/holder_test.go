@@ -36,14 +36,7 @@ func heldHelper() int {
 		err = p.WaitReady(ctx)
 		cancel()
 	}
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	fmt.Println(p.Pid())
-	for { // idle until killed
-		time.Sleep(time.Hour)
-	}
+	return printPidAndIdle(p, err)
 }
 
 // heldRequest is what heldHelper starts (a Spec has functions).

@@ -37,6 +37,12 @@ func TestMain(m *testing.M) {
 func pdeathsigHelper() int {
 	g := NewGroup(nil)
 	p, err := g.Start(context.Background(), Spec{Name: "sleep", Path: "sleep", Args: []string{"1000"}})
+	return printPidAndIdle(p, err)
+}
+
+// printPidAndIdle ends a helper: it prints p's pid and idles until the test
+// kills it, or prints err and returns 1.
+func printPidAndIdle(p *Process, err error) int {
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
