@@ -169,7 +169,7 @@ func (h *Holder) start(ctx context.Context, session string, l launch) (startAnsw
 	h.mu.Unlock()
 
 	for _, hp := range replace {
-		h.log.Info("stopping a process left in the slot of a new one", "name", hp.Name, "pid", hp.pid, "slot", l.Slot)
+		h.log.Info("stopping a process left in the slot of a new one", "pid", hp.pid, "slot", l.Slot, "for", l.Name)
 		hp.stop(ctx, h.log)
 	}
 	if adopt != nil {
@@ -190,9 +190,10 @@ func (h *Holder) start(ctx context.Context, session string, l launch) (startAnsw
 		attrs := ownChild{cmd}.wait()
 		h.mu.Lock()
 		delete(h.held, hp.pid)
+		name := hp.Name // a new supervisor may have renamed it
 		h.mu.Unlock()
 		close(hp.done)
-		h.log.Info("held process exited", append([]any{"name", hp.Name}, attrs...)...)
+		h.log.Info("held process exited", append([]any{"name", name}, attrs...)...)
 	}()
 	return startAnswer{PID: hp.pid, StartTime: hp.startTime}, nil
 }
@@ -226,7 +227,7 @@ func (h *Holder) collectUnclaimed(session string) {
 	}
 	h.mu.Unlock()
 	for _, hp := range left {
-		h.log.Info("stopping a process no supervisor took over", "name", hp.Name, "pid", hp.pid, "window", h.AdoptWindow)
+		h.log.Info("stopping a process no supervisor took over", "pid", hp.pid, "slot", hp.Slot, "window", h.AdoptWindow)
 		hp.stop(context.Background(), h.log)
 	}
 }
