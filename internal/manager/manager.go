@@ -89,10 +89,10 @@ type Options struct {
 	// leader that runs the controllers.
 	LeaderElection LeaderElectionOptions
 	// ProcessHolder, when set, is the socket of a supervisor.Holder (fke's
-	// daemon) that runs the processes of local control planes for this
-	// manager, so that they serve on while it is down and a manager in
-	// its place takes them over. Empty: this manager runs them itself and
-	// they end with it.
+	// daemon) that runs the processes of local control planes and local
+	// nodes for this manager, so that they serve on while it is down and a
+	// manager in its place takes them over. Empty: this manager runs them
+	// itself and they end with it.
 	ProcessHolder string
 }
 
@@ -182,13 +182,19 @@ func Run(ctx context.Context, opts Options) error {
 	if opts.Runtimes == nil {
 		opts.Runtimes = DefaultRuntimes
 	}
+	// One client, one session (see supervisor.Holder): the holder takes
+	// what a session does not claim for one of a crashed manager.
+	var holder *supervisor.HolderClient
+	if opts.ProcessHolder != "" {
+		holder = supervisor.NewHolderClient(opts.ProcessHolder)
+	}
 	var rt *local.Runtime
 	if enabled(opts.Runtimes, fkev1.RuntimeLocal) {
 		if rt, err = local.New(filepath.Join(opts.DataDir, "clusters"), opts.Binaries, log.With("component", "controlplane")); err != nil {
 			return err
 		}
-		if opts.ProcessHolder != "" {
-			rt.HoldProcessesIn(supervisor.NewHolderClient(opts.ProcessHolder))
+		if holder != nil {
+			rt.HoldProcessesIn(holder)
 		}
 		defer stopping(log, "control planes", rt.StopAll)()
 	} else {
@@ -221,6 +227,10 @@ func Run(ctx context.Context, opts Options) error {
 	}
 	if enabled(opts.Providers, fkev1.ProviderLocal) {
 		if lp := localProvider(ctx, opts, log); lp != nil {
+			if holder != nil {
+				// Nodes run on when the manager crashes, as their pods do.
+				lp.Procs().HoldIn(holder)
+			}
 			providers[fkev1.ProviderLocal] = lp
 			if opts.NodeAddress == "" {
 				// Local nodes reach tenant API servers at the bridge's gateway.
