@@ -187,23 +187,16 @@ func Daemon(ctx context.Context, opts DaemonOptions) error {
 	}
 }
 
-// maxSocketPath is the longest path a Unix socket may bind (sun_path, less
-// its terminating zero).
-const maxSocketPath = 107
-
 // startHolder serves a supervisor.Holder for fke-manager and returns the
 // manager's arguments that point at it, and the function that stops every
-// process it holds. Where the data directory's path is too long for a
-// socket, the manager runs its processes itself (they then end with it).
+// process it holds. Where no socket can be made (a data directory's path
+// too long for one), the manager runs its processes itself (they then end
+// with it).
 func startHolder(p Paths, log *slog.Logger) ([]string, func()) {
 	socket := p.HolderSocket()
-	if len(socket) > maxSocketPath {
-		log.Warn("no process holder: the data directory's path is too long for a socket; tenant control planes end when fke-manager does", "socket", socket)
-		return nil, func() {}
-	}
-	ln, err := supervisor.Listen(socket)
+	ln, err := supervisor.ListenHolder(socket)
 	if err != nil {
-		log.Warn("no process holder; tenant control planes end when fke-manager does", "error", err)
+		log.Warn("no process holder; tenant control planes and local nodes end when fke-manager does", "error", err)
 		return nil, func() {}
 	}
 	h := supervisor.NewHolder(log)

@@ -78,9 +78,16 @@ type startAnswer struct {
 
 const holderStartPath = "/v1/start"
 
-// Listen makes the Unix socket socket (0600, in a directory only this
-// user may enter) for Serve.
-func Listen(socket string) (net.Listener, error) {
+// maxSocketPath is the longest path a Unix socket may bind (sun_path, less
+// its terminating zero).
+const maxSocketPath = 107
+
+// ListenHolder makes the Unix socket socket (0600, in a directory only
+// this user may enter) for Serve.
+func ListenHolder(socket string) (net.Listener, error) {
+	if len(socket) > maxSocketPath {
+		return nil, fmt.Errorf("process holder: the socket path %s is longer than %d bytes, the most a Unix socket may have", socket, maxSocketPath)
+	}
 	if err := os.MkdirAll(filepath.Dir(socket), 0o700); err != nil {
 		return nil, fmt.Errorf("process holder: %w", err)
 	}
@@ -101,7 +108,7 @@ func Listen(socket string) (net.Listener, error) {
 	return ln, nil
 }
 
-// Serve answers clients on ln (see Listen) until ctx ends, and closes it.
+// Serve answers clients on ln (see ListenHolder) until ctx ends, and closes it.
 // It does not stop the children: see StopAll.
 func (h *Holder) Serve(ctx context.Context, ln net.Listener) error {
 	mux := http.NewServeMux()

@@ -83,7 +83,7 @@ func startHolder(t *testing.T, window time.Duration) (*Holder, string) {
 	socket := filepath.Join(t.TempDir(), "run", "holder.sock")
 	h := NewHolder(nil)
 	h.AdoptWindow = window
-	ln, err := Listen(socket)
+	ln, err := ListenHolder(socket)
 	if err != nil {
 		t.Fatal(err)
 	}
