@@ -60,9 +60,9 @@ type recovery struct {
 	tenant *rest.Config
 	crash  map[string][]time.Duration
 	floor  map[string][]time.Duration
-	outDir string // output of the processes started by hand
-	// byHand holds the pids of the processes started by hand that run.
-	byHandPIDs map[int]bool
+	// running holds, by pid, the output file of each process started by
+	// hand that runs.
+	running map[int]string
 }
 
 const (
@@ -244,8 +244,8 @@ func (r *recovery) byHand(args []string, ready func() error) []time.Duration {
 		cmd := r.start(args)
 		out = append(out, sinceReady(r.b, start, func() error {
 			err := ready()
-			if err != nil && exited(cmd.Process.Pid) {
-				output, _ := os.ReadFile(r.outputOf(cmd))
+			if err != nil && !testenv.Alive(cmd.Process.Pid) {
+				output, _ := os.ReadFile(r.running[cmd.Process.Pid])
 				r.b.Fatalf("%s exited before it served (%v); its output:\n%s", args[0], err, lastLines(string(output), 30))
 			}
 			return err
@@ -255,49 +255,28 @@ func (r *recovery) byHand(args []string, ready func() error) []time.Duration {
 	return out
 }
 
-// exited reports whether pid has exited (gone, or a zombie not yet reaped).
-func exited(pid int) bool {
-	stat, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return true
-	}
-	i := strings.LastIndexByte(string(stat), ')')
-	return i >= 0 && i+2 < len(stat) && stat[i+2] == 'Z'
-}
-
 func lastLines(s string, n int) string {
 	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
 	return strings.Join(lines[max(0, len(lines)-n):], "\n")
-}
-
-// outputOf is the file a process started by start writes to.
-func (r *recovery) outputOf(cmd *exec.Cmd) string {
-	return filepath.Join(r.outDir, strconv.Itoa(cmd.Process.Pid)+".log")
 }
 
 func (r *recovery) start(args []string) *exec.Cmd {
 	cmd := exec.Command(args[0], args[1:]...)
 	cmd.Env = append(os.Environ(), binaries.EnvDir+"="+r.e.BinDir)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	if r.outDir == "" {
-		r.outDir = r.b.TempDir()
-	}
-	out, err := os.CreateTemp(r.outDir, "start-*")
+	out, err := os.CreateTemp(r.b.TempDir(), "output-*")
 	if err != nil {
 		r.b.Fatal(err)
 	}
-	defer out.Close()
+	defer out.Close() // the child holds its own descriptor
 	cmd.Stdout, cmd.Stderr = out, out
 	if err := cmd.Start(); err != nil {
 		r.b.Fatalf("starting %s: %v", args[0], err)
 	}
-	if err := os.Rename(out.Name(), r.outputOf(cmd)); err != nil {
-		r.b.Fatal(err)
+	if r.running == nil {
+		r.running = map[int]string{}
 	}
-	if r.byHandPIDs == nil {
-		r.byHandPIDs = map[int]bool{}
-	}
-	r.byHandPIDs[cmd.Process.Pid] = true
+	r.running[cmd.Process.Pid] = out.Name()
 	return cmd
 }
 
@@ -308,7 +287,7 @@ func (r *recovery) start(args []string) *exec.Cmd {
 func (r *recovery) stop(cmd *exec.Cmd) {
 	_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) // the group may be gone already
 	_ = cmd.Wait()                                      // killed: the exit status says so
-	delete(r.byHandPIDs, cmd.Process.Pid)
+	delete(r.running, cmd.Process.Pid)
 	r.noneLeft()
 }
 
@@ -317,7 +296,7 @@ func (r *recovery) stop(cmd *exec.Cmd) {
 func (r *recovery) noneLeft() {
 	deadline := time.Now().Add(10 * time.Second)
 	until(r.b, time.Minute, "processes gone", func() error {
-		left := slices.DeleteFunc(testenv.FindProcs(r.e.DataDir), func(p testenv.Proc) bool { return r.byHandPIDs[p.PID] })
+		left := slices.DeleteFunc(testenv.FindProcs(r.e.DataDir), func(p testenv.Proc) bool { _, ok := r.running[p.PID]; return ok })
 		if len(left) == 0 {
 			return nil
 		}
