@@ -42,9 +42,9 @@ import (
 	"fke.dev/fke/internal/hostnet"
 	"fke.dev/fke/internal/nodejoin"
 	"fke.dev/fke/internal/nodeprovider"
-	"fke.dev/fke/internal/supervisor"
 	"fke.dev/fke/internal/nodeprovider/kwok"
 	localnodes "fke.dev/fke/internal/nodeprovider/local"
+	"fke.dev/fke/internal/supervisor"
 	"fke.dev/fke/internal/tenant"
 )
 

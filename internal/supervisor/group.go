@@ -27,7 +27,7 @@ type Group struct {
 	mu     sync.Mutex
 	holder *HolderClient
 	procs  map[string]*Process
-	order []string // names in start order
+	order  []string // names in start order
 }
 
 // NewGroup returns an empty Group that logs to log (nil discards).
