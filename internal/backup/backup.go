@@ -1,14 +1,18 @@
 // Package backup takes, lists, checks and prunes etcd snapshots of tenant
-// clusters. A snapshot is the file <name>.db (etcd's own snapshot format,
-// read through the etcd client's Maintenance API, consistent at one
-// revision) and <name>.json beside it (time, size, SHA-256, revision); a
-// snapshot whose file does not match its checksum is refused.
+// clusters. A snapshot is the file <name>.db and <name>.json beside it
+// (time, size, SHA-256, revision, format); a snapshot whose file does not
+// match its checksum is refused. The file is either etcd's own snapshot
+// format (FormatEtcd: the whole etcd, read through the etcd client's
+// Maintenance API) or a key export (FormatKeys: the keys under one
+// prefix, for a tenant that shares its etcd; see TakeKeys), both
+// consistent at one revision.
 //
 // Schedules are cron expressions (robfig/cron's standard parser); Due and
 // Prune are pure.
 package backup
 
 import (
+	"bufio"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -40,7 +44,15 @@ type Snapshot struct {
 	// that open its Secrets are kept under it (see KeysSecretName), also
 	// once that cluster is deleted.
 	ClusterUID string `json:"clusterUID,omitempty"`
+	// Format is FormatEtcd (also when empty) or FormatKeys.
+	Format string `json:"format,omitempty"`
 }
+
+// Snapshot formats.
+const (
+	FormatEtcd = "etcd"
+	FormatKeys = "keys"
+)
 
 // KeysSecretName names the management-plane Secret that keeps the CAs and
 // keys a snapshot of the cluster with uid needs to be restored: it has no
@@ -78,13 +90,29 @@ func Take(ctx context.Context, m Maintenance, endpoint string, d Dir, now time.T
 	}
 	defer rc.Close()
 	s := Snapshot{Name: now.UTC().Format(TimeFormat), Time: now.UTC().Truncate(time.Second), Revision: st.Header.Revision, ClusterUID: uid}
+	return write(d, s, func(w io.Writer) error {
+		if _, err := io.Copy(w, rc); err != nil {
+			return fmt.Errorf("writing etcd snapshot: %w", err)
+		}
+		return nil
+	})
+}
+
+// write stores snapshot s of d: fill writes its data, whose size and
+// checksum write records with it. The file appears only once complete.
+func write(d Dir, s Snapshot, fill func(io.Writer) error) (Snapshot, error) {
 	tmp := d.File(s.Name) + ".part"
 	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o600)
 	if err != nil {
 		return Snapshot{}, err
 	}
 	h := sha256.New()
-	n, err := io.Copy(io.MultiWriter(f, h), rc)
+	cw := &countingWriter{w: io.MultiWriter(f, h)}
+	bw := bufio.NewWriterSize(cw, 1<<16)
+	err = fill(bw)
+	if err == nil {
+		err = bw.Flush()
+	}
 	if err == nil {
 		err = f.Sync()
 	}
@@ -93,9 +121,9 @@ func Take(ctx context.Context, m Maintenance, endpoint string, d Dir, now time.T
 	}
 	if err != nil {
 		os.Remove(tmp)
-		return Snapshot{}, fmt.Errorf("writing etcd snapshot: %w", err)
+		return Snapshot{}, err
 	}
-	s.Size, s.SHA256 = n, hex.EncodeToString(h.Sum(nil))
+	s.Size, s.SHA256 = cw.n, hex.EncodeToString(h.Sum(nil))
 	meta, _ := json.MarshalIndent(s, "", "  ")
 	if err := os.WriteFile(d.meta(s.Name), meta, 0o600); err != nil {
 		os.Remove(tmp)
@@ -106,6 +134,17 @@ func Take(ctx context.Context, m Maintenance, endpoint string, d Dir, now time.T
 		return Snapshot{}, err
 	}
 	return s, nil
+}
+
+type countingWriter struct {
+	w io.Writer
+	n int64
+}
+
+func (c *countingWriter) Write(p []byte) (int, error) {
+	n, err := c.w.Write(p)
+	c.n += int64(n)
+	return n, err
 }
 
 // List returns d's complete snapshots, oldest first.

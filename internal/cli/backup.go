@@ -246,6 +246,7 @@ func newClusterRestoreCmd(g *globals) *cobra.Command {
 					// service range must be the source's.
 					Version:     src.Spec.Version,
 					Runtime:     src.Spec.Runtime,
+					Datastore:   src.Spec.Datastore,
 					Network:     fkev1.ClusterNetwork{ServiceCIDR: src.Spec.Network.ServiceCIDR},
 					Autoscaling: src.Spec.Autoscaling,
 					RestoreFrom: &fkev1.ClusterRestore{Cluster: srcName, Snapshot: snapshot},

@@ -7,7 +7,9 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"time"
 
+	"fke.dev/fke/internal/backup"
 	"fke.dev/fke/internal/pki"
 )
 
@@ -50,9 +52,11 @@ type Spec struct {
 	// (default: an etcd of its own) or "shared" (a prefix, user and role of
 	// its own in a shared etcd; runtimes that have one).
 	Datastore string
-	// Restore is an etcd snapshot file (checked by the caller) that seeds
-	// etcd's data the first time the control plane starts: a cluster made
-	// from a backup. Ignored once etcd has data.
+	// Restore is a snapshot file (checked by the caller; see package
+	// backup) that seeds the control plane's data the first time it
+	// starts: a cluster made from a backup. Ignored once it has data. The
+	// local runtime restores etcd snapshots; the hosted runtime both
+	// formats (it imports their keys).
 	Restore string
 }
 
@@ -198,6 +202,13 @@ type Runtime interface {
 	// nothing to do when to already holds it; an error when to holds
 	// another control plane.
 	Adopt(ctx context.Context, from, to string) error
+	// Snapshot takes a snapshot of the data of spec.Key's running control
+	// plane into d, named after now, for the cluster with uid (see package
+	// backup). It reads Key, PKI, Ports and Datastore of spec. The local
+	// runtime takes an etcd snapshot (backup.FormatEtcd); the hosted one
+	// exports the tenant's keys (backup.FormatKeys), from its own etcd or
+	// its prefix of the shared one, through the management cluster.
+	Snapshot(ctx context.Context, spec Spec, d backup.Dir, now time.Time, uid string) (backup.Snapshot, error)
 	// Delete stops the components of key and removes their data. Idempotent.
 	Delete(ctx context.Context, key string) error
 	// EnsureAddons makes the addon processes of key be exactly addons: it

@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"syscall"
 	"testing"
@@ -137,6 +138,49 @@ func testHostedClusters(t *testing.T, e *testenv.Env, cs kubernetes.Interface, m
 				t.Errorf("%s: %d Services in %s, want %d", name, len(svcs.Items), ns, want)
 			}
 		}
+	})
+	t.Run("a hosted cluster's snapshot restores into a new hosted cluster", func(t *testing.T) {
+		// Through the manager in its pod: the snapshot exports hosted-b's
+		// keys from the shared etcd; the restore imports them under
+		// hosted-c's prefix before its API server starts.
+		out := e.MustRun("--kubeconfig", mgmtKubeconfig, "cluster", "backup", "hosted-b")
+		m := regexp.MustCompile(`snapshot (\S+): (\d+) bytes`).FindStringSubmatch(out)
+		if m == nil {
+			t.Fatalf("fke cluster backup printed no snapshot:\n%s", out)
+		}
+		t.Logf("FIGURE snapshot of hosted cluster hosted-b (shared etcd): %s bytes", m[2])
+		tcs := kubernetes.NewForConfigOrDie(cfgs["hosted-b"])
+		late := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "after-the-snapshot"}}
+		if _, err := tcs.CoreV1().Namespaces().Create(t.Context(), late, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		start := time.Now()
+		e.MustRun("--kubeconfig", mgmtKubeconfig, "cluster", "restore", "hosted-c", "--from", "hosted-b/"+m[1], "--wait", "--timeout", "8m")
+		t.Logf("FIGURE hosted cluster hosted-c restored from hosted-b's snapshot -> Ready: %s", time.Since(start).Round(100*time.Millisecond))
+		s := &corev1.Secret{}
+		if err := c.Get(t.Context(), client.ObjectKey{Namespace: "default", Name: cluster.KubeconfigSecretName("hosted-c")}, s); err != nil {
+			t.Fatal(err)
+		}
+		cfg, err := clientcmd.RESTConfigFromKubeConfig(s.Data[cluster.KubeconfigKey])
+		if err != nil {
+			t.Fatal(err)
+		}
+		rcs := kubernetes.NewForConfigOrDie(cfg)
+		if _, err := rcs.CoreV1().Namespaces().Get(t.Context(), "owned-by-hosted-b", metav1.GetOptions{}); err != nil {
+			t.Errorf("hosted-c lacks hosted-b's namespace from the snapshot: %v", err)
+		}
+		if _, err := rcs.CoreV1().Namespaces().Get(t.Context(), late.Name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+			t.Errorf("hosted-c holds a namespace made after the snapshot: %v", err)
+		}
+		if err := c.Delete(t.Context(), &fkev1.Cluster{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "hosted-c"}}); err != nil {
+			t.Fatal(err)
+		}
+		testenv.Eventually(t, 4*time.Minute, "hosted-c and its namespace gone", func() error {
+			if err := c.Get(t.Context(), client.ObjectKey{Name: hosted.Namespace("default/hosted-c")}, &corev1.Namespace{}); !apierrors.IsNotFound(err) {
+				return fmt.Errorf("namespace still there (%v)", err)
+			}
+			return nil
+		})
 	})
 	t.Run("a kwok pool of a hosted cluster scales up from zero for a GPU pod", func(t *testing.T) {
 		// Simulated nodes of a hosted cluster are kept by a kwok Deployment

@@ -23,6 +23,7 @@ import (
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"fke.dev/fke/internal/backup"
 	"fke.dev/fke/internal/controlplane"
 	"fke.dev/fke/internal/controlplane/hosted"
 	"fke.dev/fke/internal/manager"
@@ -155,6 +156,69 @@ func TestHostedRuntime(t *testing.T) {
 			t.Logf("FIGURE %s: API server pod killed -> replaced: %s", p.Key, summary)
 			if gap > 5*time.Second {
 				t.Errorf("%s went unanswered for %s while one of two API servers was killed", p.Key, gap)
+			}
+		}
+	})
+	t.Run("a snapshot of each tenant restores into a new control plane on the other datastore", func(t *testing.T) {
+		// Each tenant's keys are exported through the management cluster
+		// (its own etcd; its prefix of the shared one, with its own
+		// credentials) and imported into a new plane that keeps its data
+		// in the other datastore, with the source's CAs and keys.
+		dir := backup.Dir(t.TempDir())
+		restored := map[string]*testenv.HostedPlane{}
+		var mu sync.Mutex
+		var wg sync.WaitGroup
+		ctx, cancel := context.WithTimeout(t.Context(), 8*time.Minute)
+		defer cancel()
+		for i, src := range []*testenv.HostedPlane{a, b} {
+			spec := controlplane.Spec{Key: src.Key, PKI: src.Bundle, Datastore: src.Datastore}
+			snap, err := rt.Snapshot(ctx, spec, dir, time.Now().Add(time.Duration(i)*time.Second), "uid-"+src.Datastore)
+			if err != nil {
+				t.Fatalf("snapshot of %s: %v", src.Key, err)
+			}
+			if snap.Format != backup.FormatKeys || snap.Size == 0 {
+				t.Fatalf("snapshot of %s: %+v", src.Key, snap)
+			}
+			t.Logf("FIGURE snapshot of %s (%s etcd): %d bytes at revision %d", src.Key, src.Datastore, snap.Size, snap.Revision)
+			// Written after the snapshot: not in the restored plane.
+			late := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "late"}}
+			if _, err := src.Clientset.CoreV1().ConfigMaps("default").Create(ctx, late, metav1.CreateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			to, key := hosted.Shared, "team-c/from-dedicated"
+			if src.Datastore == hosted.Shared {
+				to, key = hosted.Dedicated, "team-c/from-shared"
+			}
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				p, err := testenv.RestoreHostedPlane(ctx, rt, key, to, src.Bundle, dir.File(snap.Name))
+				if err != nil {
+					t.Errorf("restoring %s into %s: %v", src.Key, key, err)
+					return
+				}
+				t.Logf("FIGURE %s restored from %s (%s etcd): create -> /readyz %s", key, src.Key, to, p.Ready.Round(10*time.Millisecond))
+				mu.Lock()
+				restored[src.Key] = p
+				mu.Unlock()
+			}()
+		}
+		wg.Wait()
+		for src, p := range restored {
+			got, err := p.Clientset.CoreV1().ConfigMaps("default").Get(ctx, "owner", metav1.GetOptions{})
+			if err != nil || got.Data["key"] != src {
+				t.Errorf("%s (from %s) reads owner %v, %v", p.Key, src, got.Data, err)
+			}
+			if _, err := p.Clientset.CoreV1().ConfigMaps("default").Get(ctx, "late", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+				t.Errorf("%s holds a ConfigMap written after the snapshot: %v", p.Key, err)
+			}
+			// The restored tenant writes on as its own.
+			cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "after-restore"}}
+			if _, err := p.Clientset.CoreV1().ConfigMaps("default").Create(ctx, cm, metav1.CreateOptions{}); err != nil {
+				t.Errorf("%s: writing after the restore: %v", p.Key, err)
+			}
+			if err := rt.Delete(ctx, p.Key); err != nil {
+				t.Errorf("deleting %s: %v", p.Key, err)
 			}
 		}
 	})

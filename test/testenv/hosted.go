@@ -32,18 +32,26 @@ type HostedPlane struct {
 // them, then Ensure until every component is ready and the endpoint
 // answers /readyz, or ctx ends.
 func CreateHostedPlane(ctx context.Context, rt *hosted.Runtime, key, datastore string) (*HostedPlane, error) {
+	return RestoreHostedPlane(ctx, rt, key, datastore, nil, "")
+}
+
+// RestoreHostedPlane is CreateHostedPlane for a Cluster made from a
+// snapshot: its PKI starts from seed (the CAs and keys of the cluster the
+// snapshot was taken of), and every Ensure passes snapshot (a file) as the
+// data to restore.
+func RestoreHostedPlane(ctx context.Context, rt *hosted.Runtime, key, datastore string, seed pki.Bundle, snapshot string) (*HostedPlane, error) {
 	p := &HostedPlane{Key: key, Datastore: datastore}
 	start := time.Now()
-	spec := controlplane.Spec{Key: key, Version: "v1.37.2", PodCIDR: "10.244.0.0/16", ServiceCIDR: "10.96.0.0/16", Datastore: datastore}
+	spec := controlplane.Spec{Key: key, Version: "v1.37.2", PodCIDR: "10.244.0.0/16", ServiceCIDR: "10.96.0.0/16", Datastore: datastore, Restore: snapshot}
 	addrs, err := rt.Addresses(ctx, spec)
 	if err != nil {
 		return nil, fmt.Errorf("%s: addresses: %w", key, err)
 	}
-	b, _, err := pki.EnsureBundle(nil, pki.ControlPlaneSpec{
+	b, _, err := pki.EnsureBundle(seed, pki.ControlPlaneSpec{
 		ClusterName: key, APIServerIPs: addrs.APIServerIPs, APIServerDNSNames: addrs.APIServerDNSNames, EtcdDNSNames: addrs.EtcdDNSNames,
 	})
 	if err == nil {
-		b[encryption.ConfigFile], _, err = encryption.Ensure(nil)
+		b[encryption.ConfigFile], _, err = encryption.Ensure(b[encryption.ConfigFile])
 	}
 	if err != nil {
 		return nil, fmt.Errorf("%s: PKI: %w", key, err)

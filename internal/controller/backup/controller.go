@@ -23,6 +23,7 @@ import (
 	fkev1 "fke.dev/fke/api/v1alpha1"
 	"fke.dev/fke/internal/backup"
 	clustercontroller "fke.dev/fke/internal/controller/cluster"
+	"fke.dev/fke/internal/controlplane"
 	"fke.dev/fke/internal/pki"
 )
 
@@ -35,6 +36,9 @@ type Reconciler struct {
 	Recorder events.EventRecorder
 	// Dir is where snapshots are kept: Dir/<namespace>/<cluster>/.
 	Dir string
+	// Runtimes run the control planes, by spec.runtime; a cluster whose
+	// runtime this manager does not run is not backed up here.
+	Runtimes map[fkev1.ControlPlaneRuntime]controlplane.Runtime
 	// Now is the clock (time.Now when nil).
 	Now func() time.Time
 }
@@ -57,7 +61,8 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if err := r.Client.Get(ctx, req.NamespacedName, cl); err != nil {
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
-	if !cl.DeletionTimestamp.IsZero() || !meta.IsStatusConditionTrue(cl.Status.Conditions, fkev1.ConditionControlPlaneReady) || cl.Status.Ports.EtcdClient == 0 {
+	rt := clustercontroller.RuntimeOf(r.Runtimes, cl)
+	if !cl.DeletionTimestamp.IsZero() || !meta.IsStatusConditionTrue(cl.Status.Conditions, fkev1.ConditionControlPlaneReady) || rt == nil {
 		return ctrl.Result{}, nil
 	}
 	now := time.Now()
@@ -84,7 +89,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		}
 		return ctrl.Result{RequeueAfter: due.Sub(now)}, nil
 	}
-	snap, err := r.take(ctx, cl, now)
+	snap, err := r.take(ctx, rt, cl, now)
 	var up *uploadResult
 	if err == nil {
 		up = r.upload(ctx, cl)
@@ -107,13 +112,13 @@ func retain(cl *fkev1.Cluster) int {
 }
 
 // take snapshots cl's etcd and prunes the old snapshots.
-func (r *Reconciler) take(ctx context.Context, cl *fkev1.Cluster, now time.Time) (*backup.Snapshot, error) {
+func (r *Reconciler) take(ctx context.Context, rt controlplane.Runtime, cl *fkev1.Cluster, now time.Time) (*backup.Snapshot, error) {
 	secret := &corev1.Secret{}
 	if err := r.Client.Get(ctx, client.ObjectKey{Namespace: cl.Namespace, Name: clustercontroller.PKISecretName(cl.Name)}, secret); err != nil {
 		return nil, fmt.Errorf("reading the cluster's PKI: %w", err)
 	}
 	dir := ClusterDir(r.Dir, cl.Namespace, cl.Name)
-	snap, err := backup.TakeCluster(ctx, pki.Bundle(secret.Data), int(cl.Status.Ports.EtcdClient), dir, now, string(cl.UID))
+	snap, err := clustercontroller.TakeSnapshot(ctx, rt, cl, pki.Bundle(secret.Data), dir, now)
 	if err != nil {
 		return nil, err
 	}

@@ -30,9 +30,11 @@ import (
 
 	fkev1 "fke.dev/fke/api/v1alpha1"
 	"fke.dev/fke/internal/addons"
+	"fke.dev/fke/internal/backup"
 	"fke.dev/fke/internal/bootstrap"
 	"fke.dev/fke/internal/controlplane"
 	"fke.dev/fke/internal/nodeprovider"
+	"fke.dev/fke/internal/pki"
 	"fke.dev/fke/internal/tenant"
 )
 
@@ -306,11 +308,26 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.
 // runtime returns the runtime of cl's spec.runtime (nil when this
 // manager does not run it; validate says so before anything is asked of it).
 func (r *Reconciler) runtime(cl *fkev1.Cluster) controlplane.Runtime {
+	return RuntimeOf(r.Runtimes, cl)
+}
+
+// RuntimeOf returns the runtime of runtimes that serves cl's spec.runtime
+// (nil: none does).
+func RuntimeOf(runtimes map[fkev1.ControlPlaneRuntime]controlplane.Runtime, cl *fkev1.Cluster) controlplane.Runtime {
 	name := cl.Spec.Runtime
 	if name == "" {
 		name = fkev1.RuntimeLocal
 	}
-	return r.Runtimes[name]
+	return runtimes[name]
+}
+
+// TakeSnapshot takes a snapshot of cl's running control plane into dir
+// through its runtime rt (see controlplane.Runtime.Snapshot).
+func TakeSnapshot(ctx context.Context, rt controlplane.Runtime, cl *fkev1.Cluster, bundle pki.Bundle, dir backup.Dir, now time.Time) (backup.Snapshot, error) {
+	spec := controlplane.Spec{
+		Key: client.ObjectKeyFromObject(cl).String(), PKI: bundle, Ports: portsFromStatus(cl.Status.Ports), Datastore: string(cl.Spec.Datastore),
+	}
+	return rt.Snapshot(ctx, spec, dir, now, string(cl.UID))
 }
 
 // local returns the local runtime, which keeps the warm pool (nil when

@@ -154,7 +154,7 @@ func (r *Reconciler) reconcileUpgrade(ctx context.Context, cl *fkev1.Cluster, sp
 			break
 		}
 		var snap backup.Snapshot
-		snap, err = backup.TakeCluster(ctx, bundle, int(cl.Status.Ports.EtcdClient), dir, now.Time, string(cl.UID))
+		snap, err = TakeSnapshot(ctx, r.runtime(cl), cl, bundle, dir, now.Time)
 		if err == nil {
 			err = EnsureRestoreKeys(ctx, r.Client, cl, bundle)
 		}

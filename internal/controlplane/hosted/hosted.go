@@ -280,14 +280,19 @@ func nodeReady(n *corev1.Node) bool {
 // Ensure applies every object of spec's control plane: the datastore,
 // the Secret and the Deployments. It returns without waiting.
 func (r *Runtime) Ensure(ctx context.Context, spec controlplane.Spec) (controlplane.Status, error) {
-	if spec.Restore != "" {
-		return controlplane.Status{}, errors.New("restoring from a snapshot is not available on the hosted runtime yet")
-	}
 	if spec.Standby {
 		return controlplane.Status{}, errors.New("the hosted runtime keeps no warm pool")
 	}
 	ds := datastoreOf(spec)
 	ns, err := r.ensureNamespace(ctx, spec.Key, ds)
+	if err != nil {
+		return controlplane.Status{}, err
+	}
+	nsObj := &corev1.Namespace{}
+	if err := r.c.Get(ctx, client.ObjectKey{Name: ns}, nsObj); err != nil {
+		return controlplane.Status{}, fmt.Errorf("getting namespace %s: %w", ns, err)
+	}
+	restoring, err := r.restoreState(ctx, nsObj, spec)
 	if err != nil {
 		return controlplane.Status{}, err
 	}
@@ -338,6 +343,18 @@ func (r *Runtime) Ensure(ctx context.Context, spec controlplane.Spec) (controlpl
 	if ds == Dedicated {
 		sts, hsvc, budget := etcdCluster(EtcdService, ns, SecretName, r.image(controlplane.Etcd, ""), r.opts.EtcdReplicas, nil, p.secretHash)
 		objs = append(objs, hsvc, budget, sts)
+	}
+	if restoring {
+		// The datastore first, filled from the snapshot before any API
+		// server runs.
+		if err := r.apply(ctx, objs...); err != nil {
+			return controlplane.Status{}, err
+		}
+		if err := r.importSnapshot(ctx, nsObj, spec); isStarting(err) {
+			return r.Status(ctx, spec.Key)
+		} else if err != nil {
+			return controlplane.Status{}, err
+		}
 	}
 	for _, d := range p.components() {
 		objs = append(objs, d)
@@ -399,7 +416,9 @@ func (r *Runtime) Status(ctx context.Context, key string) (controlplane.Status, 
 	}
 	var st controlplane.Status
 	svc := &corev1.Service{}
-	if err := r.c.Get(ctx, client.ObjectKey{Namespace: ns, Name: APIServerService}, svc); err == nil && len(svc.Spec.Ports) == 1 {
+	if nsObj.Annotations[AnnotationRestorePending] != "" {
+		// No endpoint until the snapshot is in: the caller passes it until then.
+	} else if err := r.c.Get(ctx, client.ObjectKey{Namespace: ns, Name: APIServerService}, svc); err == nil && len(svc.Spec.Ports) == 1 {
 		host, err := r.endpointHost(ctx)
 		if err != nil {
 			return controlplane.Status{}, err
@@ -598,11 +617,11 @@ func (r *Runtime) setVersion(ctx context.Context, d *appsv1.Deployment, version 
 	return nil
 }
 
-// SetAsideData is not available: restoring a hosted control plane in
-// place needs the datastore's snapshot path, which the hosted runtime
-// does not have yet.
+// SetAsideData is not available: a hosted tenant is restored into a new
+// cluster (fke cluster restore NEW --from NAME/SNAPSHOT), whose data is
+// imported before its API server starts.
 func (r *Runtime) SetAsideData(context.Context, string) error {
-	return errors.New("restoring in place is not available on the hosted runtime yet")
+	return errors.New("restoring in place is not available on the hosted runtime: restore the snapshot into a new cluster (fke cluster restore NEW --from NAME/SNAPSHOT)")
 }
 
 // Adopt is not available: the hosted runtime keeps no warm pool.

@@ -47,8 +47,9 @@ type sharedEtcd struct {
 	mu sync.Mutex // one change of users and roles at a time
 }
 
-// errStarting: the shared etcd is not ready to take a tenant yet.
-var errStarting = errors.New("the shared etcd cluster is starting")
+// errStarting: an etcd cluster (the shared one, or a tenant's own) has no
+// quorum of ready members yet.
+var errStarting = errors.New("the etcd cluster is starting")
 
 // tenantCreds are what a tenant's API server needs of the shared etcd.
 type tenantCreds struct {
@@ -129,12 +130,19 @@ func sharedPKI(ns string) (map[string][]byte, error) {
 }
 
 // client connects to the shared etcd's ready members as user (a pair
-// issued by its CA), at their pod addresses: fke-manager may run outside
-// the management cluster, where its Service names do not resolve.
+// issued by its CA).
 func (s *sharedEtcd) client(ctx context.Context, data map[string][]byte, certPEM, keyPEM []byte) (*clientv3.Client, error) {
+	return s.r.etcdClient(ctx, s.ns(), SharedEtcdName, data[pki.EtcdCACertFile], certPEM, keyPEM)
+}
+
+// etcdClient connects to the ready members of the etcd StatefulSet name
+// in namespace ns with a client pair, at their pod addresses: fke-manager
+// may run outside the management cluster, where Service names do not
+// resolve. errStarting: fewer members than a quorum are ready.
+func (r *Runtime) etcdClient(ctx context.Context, ns, name string, caPEM, certPEM, keyPEM []byte) (*clientv3.Client, error) {
 	var pods corev1.PodList
-	if err := s.r.c.List(ctx, &pods, client.InNamespace(s.ns()), client.MatchingLabels{LabelComponent: SharedEtcdName}); err != nil {
-		return nil, fmt.Errorf("listing the shared etcd's pods: %w", err)
+	if err := r.c.List(ctx, &pods, client.InNamespace(ns), client.MatchingLabels{LabelComponent: name}); err != nil {
+		return nil, fmt.Errorf("listing the pods of etcd %s/%s: %w", ns, name, err)
 	}
 	var endpoints []string
 	for _, p := range pods.Items {
@@ -142,21 +150,21 @@ func (s *sharedEtcd) client(ctx context.Context, data map[string][]byte, certPEM
 			endpoints = append(endpoints, "https://"+p.Status.PodIP+":2379")
 		}
 	}
-	if len(endpoints) < int(s.r.opts.EtcdReplicas)/2+1 {
+	if len(endpoints) < int(r.opts.EtcdReplicas)/2+1 {
 		return nil, errStarting
 	}
 	pair, err := tls.X509KeyPair(certPEM, keyPEM)
 	if err != nil {
-		return nil, fmt.Errorf("shared etcd client pair: %w", err)
+		return nil, fmt.Errorf("etcd %s/%s client pair: %w", ns, name, err)
 	}
 	pool := x509.NewCertPool()
-	if !pool.AppendCertsFromPEM(data[pki.EtcdCACertFile]) {
-		return nil, errors.New("the shared etcd's Secret has no CA")
+	if !pool.AppendCertsFromPEM(caPEM) {
+		return nil, fmt.Errorf("no CA of etcd %s/%s", ns, name)
 	}
 	return clientv3.New(clientv3.Config{
 		Endpoints:   endpoints,
 		DialTimeout: 5 * time.Second,
-		TLS:         TLSByName(pool, pair, SharedEtcdName+"."+s.ns()+".svc"),
+		TLS:         TLSByName(pool, pair, name+"."+ns+".svc"),
 		Logger:      zap.NewNop(),
 		Context:     ctx,
 	})

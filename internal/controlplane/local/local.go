@@ -20,6 +20,7 @@ import (
 	"syscall"
 	"time"
 
+	"fke.dev/fke/internal/backup"
 	"fke.dev/fke/internal/binaries"
 	"fke.dev/fke/internal/controlplane"
 	"fke.dev/fke/internal/encryption"
@@ -170,6 +171,11 @@ func (r *Runtime) restore(ctx context.Context, l layout, spec controlplane.Spec)
 	if _, err := os.Stat(l.etcdData()); err == nil {
 		return nil
 	}
+	if keys, err := backup.IsKeys(spec.Restore); err != nil {
+		return fmt.Errorf("restoring etcd from %s: %w", spec.Restore, err)
+	} else if keys {
+		return fmt.Errorf("snapshot %s is a key export of a hosted control plane: restore it into a cluster of the hosted runtime; the local runtime restores etcd snapshots", filepath.Base(spec.Restore))
+	}
 	etcdutl, err := r.finder.Path(binaries.Etcdutl)
 	if err != nil {
 		return fmt.Errorf("restoring etcd from %s: %w", spec.Restore, err)
@@ -190,6 +196,15 @@ func (r *Runtime) restore(ctx context.Context, l layout, spec controlplane.Spec)
 	}
 	r.log.Info("etcd restored from a snapshot", "cluster", spec.Key, "snapshot", spec.Restore)
 	return nil
+}
+
+// Snapshot takes an etcd snapshot of spec.Key's etcd, on its loopback
+// client port.
+func (r *Runtime) Snapshot(ctx context.Context, spec controlplane.Spec, d backup.Dir, now time.Time, uid string) (backup.Snapshot, error) {
+	if spec.Ports.EtcdClient == 0 {
+		return backup.Snapshot{}, fmt.Errorf("control plane %s has no etcd port yet", spec.Key)
+	}
+	return backup.TakeCluster(ctx, spec.PKI, spec.Ports.EtcdClient, d, now, uid)
 }
 
 // startMissing starts the components of spec that do not run; r.mu is held.
