@@ -34,6 +34,7 @@ import (
 
 	fkev1 "fke.dev/fke/api/v1alpha1"
 	"fke.dev/fke/internal/autoscaler/decide"
+	"fke.dev/fke/internal/controller/index"
 	"fke.dev/fke/internal/tenant"
 )
 
@@ -335,11 +336,11 @@ type input struct {
 func (r *Reconciler) gather(ctx context.Context, cl *fkev1.Cluster) (*input, error) {
 	in := &input{types: map[string]*fkev1.InstanceType{}}
 	var pools fkev1.NodePoolList
-	if err := r.Client.List(ctx, &pools, client.InNamespace(cl.Namespace)); err != nil {
+	if err := r.Client.List(ctx, &pools, index.OfCluster(cl.Namespace, cl.Name)...); err != nil {
 		return nil, fmt.Errorf("listing node pools: %w", err)
 	}
 	for i := range pools.Items {
-		if np := &pools.Items[i]; np.Spec.ClusterName == cl.Name && np.Spec.Autoscaling != nil && !np.Legacy() {
+		if np := &pools.Items[i]; np.Spec.Autoscaling != nil && !np.Legacy() {
 			in.pools = append(in.pools, np)
 		}
 	}
@@ -356,7 +357,7 @@ func (r *Reconciler) gather(ctx context.Context, cl *fkev1.Cluster) (*input, err
 	// Machines are read from the cache without copies; the two places that
 	// patch one copy it first (see markForRemoval).
 	var ms fkev1.MachineList
-	if err := r.Client.List(ctx, &ms, client.InNamespace(cl.Namespace), client.MatchingLabels{fkev1.LabelCluster: cl.Name}, client.UnsafeDisableDeepCopy); err != nil {
+	if err := r.Client.List(ctx, &ms, append(index.OfCluster(cl.Namespace, cl.Name), client.UnsafeDisableDeepCopy)...); err != nil {
 		return nil, fmt.Errorf("listing machines: %w", err)
 	}
 	for i := range ms.Items {

@@ -33,6 +33,7 @@ import (
 	"fke.dev/fke/internal/bootstrap"
 	backupcontroller "fke.dev/fke/internal/controller/backup"
 	"fke.dev/fke/internal/controller/cluster"
+	"fke.dev/fke/internal/controller/index"
 	"fke.dev/fke/internal/controller/machine"
 	"fke.dev/fke/internal/controller/nodepool"
 	releasecontroller "fke.dev/fke/internal/controller/release"
@@ -176,6 +177,9 @@ func Run(ctx context.Context, opts Options) error {
 	}
 	mgr, err := newManager(cfg, scheme, opts, hook)
 	if err != nil {
+		return err
+	}
+	if err := index.Register(ctx, mgr.GetFieldIndexer()); err != nil {
 		return err
 	}
 

@@ -36,6 +36,7 @@ import (
 	"fke.dev/fke/internal/autoscaler"
 	"fke.dev/fke/internal/autoscaler/decide"
 	provreqv1 "fke.dev/fke/internal/autoscaler/provreq/v1"
+	"fke.dev/fke/internal/controller/index"
 	"fke.dev/fke/internal/tenant"
 )
 
@@ -163,12 +164,12 @@ type state struct {
 func (r *Reconciler) gather(ctx context.Context, cl *fkev1.Cluster, t *tenant.Tenant, prs []*provreqv1.ProvisioningRequest) (*state, error) {
 	st := &state{nodePools: map[string]*fkev1.NodePool{}, replicas: map[string]int{}}
 	var npl fkev1.NodePoolList
-	if err := r.Client.List(ctx, &npl, client.InNamespace(cl.Namespace)); err != nil {
+	if err := r.Client.List(ctx, &npl, index.OfCluster(cl.Namespace, cl.Name)...); err != nil {
 		return nil, fmt.Errorf("listing node pools: %w", err)
 	}
 	var pools []*fkev1.NodePool
 	for i := range npl.Items {
-		if np := &npl.Items[i]; np.Spec.ClusterName == cl.Name && np.Spec.Autoscaling != nil && !np.Legacy() {
+		if np := &npl.Items[i]; np.Spec.Autoscaling != nil && !np.Legacy() {
 			pools = append(pools, np)
 			st.nodePools[np.PoolName()] = np
 		}
@@ -182,7 +183,7 @@ func (r *Reconciler) gather(ctx context.Context, cl *fkev1.Cluster, t *tenant.Te
 		itypes[its.Items[i].Name] = &its.Items[i]
 	}
 	var ml fkev1.MachineList
-	if err := r.Client.List(ctx, &ml, client.InNamespace(cl.Namespace), client.MatchingLabels{fkev1.LabelCluster: cl.Name}); err != nil {
+	if err := r.Client.List(ctx, &ml, index.OfCluster(cl.Namespace, cl.Name)...); err != nil {
 		return nil, fmt.Errorf("listing machines: %w", err)
 	}
 	machines := make([]*fkev1.Machine, len(ml.Items))

@@ -11,6 +11,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	fkev1 "fke.dev/fke/api/v1alpha1"
+	"fke.dev/fke/internal/controller/index"
 	"fke.dev/fke/internal/nodeprovider"
 	"fke.dev/fke/internal/tenant"
 )
@@ -20,20 +21,17 @@ import (
 // providers run for the cluster and disconnects from it. done is false while
 // objects remain.
 func (r *Reconciler) removeWorkers(ctx context.Context, cl *fkev1.Cluster) (done bool, err error) {
-	sel := client.MatchingLabels{fkev1.LabelCluster: cl.Name}
 	var pools fkev1.NodePoolList
-	if err := r.Client.List(ctx, &pools, client.InNamespace(cl.Namespace)); err != nil {
+	if err := r.Client.List(ctx, &pools, index.OfCluster(cl.Namespace, cl.Name)...); err != nil {
 		return false, fmt.Errorf("listing node pools: %w", err)
 	}
 	var machines fkev1.MachineList
-	if err := r.Client.List(ctx, &machines, client.InNamespace(cl.Namespace), sel); err != nil {
+	if err := r.Client.List(ctx, &machines, index.OfCluster(cl.Namespace, cl.Name)...); err != nil {
 		return false, fmt.Errorf("listing machines: %w", err)
 	}
 	var objs []client.Object
 	for i := range pools.Items {
-		if pools.Items[i].Spec.ClusterName == cl.Name {
-			objs = append(objs, &pools.Items[i])
-		}
+		objs = append(objs, &pools.Items[i])
 	}
 	for i := range machines.Items {
 		objs = append(objs, &machines.Items[i])

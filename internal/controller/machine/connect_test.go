@@ -17,6 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/event"
 
 	fkev1 "fke.dev/fke/api/v1alpha1"
+	"fke.dev/fke/internal/controller/index"
 	"fke.dev/fke/internal/nodeprovider"
 	"fke.dev/fke/internal/tenant"
 )
@@ -43,7 +44,7 @@ func machineOf(ns, name, cluster string) *fkev1.Machine {
 // TestClusterConnectedWakesTheClustersMachines: when the registry connects
 // to a tenant, every machine of that cluster, and only those, is reconciled.
 func TestClusterConnectedWakesTheClustersMachines(t *testing.T) {
-	c := fake.NewClientBuilder().WithScheme(testScheme(t)).WithObjects(
+	c := fake.NewClientBuilder().WithScheme(testScheme(t)).WithIndex(&fkev1.Machine{}, index.Cluster, index.MachineCluster).WithObjects(
 		machineOf("team", "a-1", "a"), machineOf("team", "a-2", "a"),
 		machineOf("team", "b-1", "b"), machineOf("other", "a-9", "a"),
 	).Build()

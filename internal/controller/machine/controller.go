@@ -27,6 +27,7 @@ import (
 
 	fkev1 "fke.dev/fke/api/v1alpha1"
 	clusterctrl "fke.dev/fke/internal/controller/cluster"
+	"fke.dev/fke/internal/controller/index"
 	"fke.dev/fke/internal/nodejoin"
 	"fke.dev/fke/internal/nodeprovider"
 	"fke.dev/fke/internal/nodetemplate"
@@ -116,7 +117,7 @@ func (r *Reconciler) ClusterConnected(clusterKey string) {
 		return
 	}
 	var list fkev1.MachineList
-	if err := r.Client.List(context.Background(), &list, client.InNamespace(ns), client.MatchingLabels{fkev1.LabelCluster: name}); err != nil {
+	if err := r.Client.List(context.Background(), &list, index.OfCluster(ns, name)...); err != nil {
 		return // the periodic requeue catches up
 	}
 	for i := range list.Items {
