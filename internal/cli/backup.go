@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -190,6 +191,7 @@ func newClusterRestoreCmd(g *globals) *cobra.Command {
 		wait         bool
 		inPlace, yes bool
 		timeout      time.Duration
+		rtName, ds   string
 	)
 	cmd := &cobra.Command{
 		Use:   "restore NEW --from CLUSTER/SNAPSHOT | restore NAME --from NAME/SNAPSHOT --in-place --yes",
@@ -206,6 +208,9 @@ func newClusterRestoreCmd(g *globals) *cobra.Command {
 			}
 			if inPlace && srcName != name {
 				return fmt.Errorf("--in-place restores a cluster from its own snapshots: --from %s/%s names another cluster", srcName, snapshot)
+			}
+			if inPlace && (rtName != "" || ds != "") {
+				return fmt.Errorf("--runtime and --datastore choose where a new cluster runs: a cluster restored in place keeps its own")
 			}
 			if inPlace && !yes {
 				return fmt.Errorf("restoring %s in place replaces every object it holds with those of snapshot %s (its control plane restarts; the data replaced is kept beside it): add --yes to confirm", name, snapshot)
@@ -252,6 +257,9 @@ func newClusterRestoreCmd(g *globals) *cobra.Command {
 					RestoreFrom: &fkev1.ClusterRestore{Cluster: srcName, Snapshot: snapshot},
 				},
 			}
+			if cl.Spec.Runtime, cl.Spec.Datastore, err = restoreTarget(src.Spec, rtName, ds); err != nil {
+				return err
+			}
 			if err := c.Create(cmd.Context(), cl); err != nil {
 				return explainCluster(err, name)
 			}
@@ -268,8 +276,38 @@ func newClusterRestoreCmd(g *globals) *cobra.Command {
 	cmd.Flags().DurationVar(&timeout, "timeout", 5*time.Minute, "how long --wait (and --in-place) waits")
 	cmd.Flags().BoolVar(&inPlace, "in-place", false, "replace the objects of cluster NAME with one of its own snapshots")
 	cmd.Flags().BoolVar(&yes, "yes", false, "confirm --in-place")
+	cmd.Flags().StringVar(&rtName, "runtime", "", "where the new cluster's control plane runs (local, hosted; default: the source's); a snapshot of a local cluster restores into a hosted one")
+	cmd.Flags().StringVar(&ds, "datastore", "", "the new cluster's datastore on the hosted runtime (dedicated, shared; default: the source's)")
 	_ = cmd.MarkFlagRequired("from")
 	return cmd
+}
+
+// restoreTarget is where a cluster restored from a snapshot of src runs:
+// the runtime and datastore asked for (empty: the source's), checked.
+func restoreTarget(src fkev1.ClusterSpec, rt, ds string) (fkev1.ControlPlaneRuntime, fkev1.Datastore, error) {
+	runtime, datastore := src.Runtime, src.Datastore
+	if runtime == "" {
+		runtime = fkev1.RuntimeLocal
+	}
+	if rt != "" {
+		runtime = fkev1.ControlPlaneRuntime(rt)
+	}
+	if ds != "" {
+		datastore = fkev1.Datastore(ds)
+	}
+	switch {
+	case runtime != fkev1.RuntimeLocal && runtime != fkev1.RuntimeHosted:
+		return "", "", fmt.Errorf("--runtime %q: use %s or %s", rt, fkev1.RuntimeLocal, fkev1.RuntimeHosted)
+	case datastore != "" && datastore != fkev1.DatastoreDedicated && datastore != fkev1.DatastoreShared:
+		return "", "", fmt.Errorf("--datastore %q: use %s or %s", ds, fkev1.DatastoreDedicated, fkev1.DatastoreShared)
+	case src.Runtime == fkev1.RuntimeHosted && runtime == fkev1.RuntimeLocal:
+		return "", "", errors.New("a snapshot of a hosted cluster (a key export) restores into a hosted cluster only: leave out --runtime, or use --runtime hosted")
+	case runtime == fkev1.RuntimeLocal && datastore == fkev1.DatastoreShared:
+		return "", "", errors.New("--datastore shared needs --runtime hosted: a local cluster keeps its data in an etcd of its own")
+	case runtime == fkev1.RuntimeLocal:
+		datastore = "" // dedicated, the default
+	}
+	return runtime, datastore, nil
 }
 
 // restoreInPlace asks the manager to restore cl from its snapshot and
