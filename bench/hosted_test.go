@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -80,11 +81,13 @@ func BenchmarkHosted(b *testing.B) {
 	if err := rt.Delete(ctx, first.Key); err != nil {
 		b.Fatal(err)
 	}
+	t0 := time.Now()
 	second, err := testenv.CreateHostedPlane(ctx, rt, "bench/alone-again", hosted.Dedicated)
 	if err != nil {
 		b.Fatal(err)
 	}
 	b.ReportMetric(second.Ready.Seconds(), "s-create-to-readyz-alone")
+	traceHostedPods(b, cs, hosted.Namespace(second.Key), t0, second.Ready)
 	if err := rt.Delete(ctx, second.Key); err != nil {
 		b.Fatal(err)
 	}
@@ -145,6 +148,54 @@ func BenchmarkHosted(b *testing.B) {
 			b.Error(err)
 		}
 	}
+}
+
+// traceHostedPods logs where a hosted plane's create went: for each pod of
+// namespace ns, when it was scheduled, when its container started and when
+// it became Ready, from t0 (the first call to the runtime); ready is when
+// the endpoint answered /readyz.
+func traceHostedPods(b *testing.B, cs kubernetes.Interface, ns string, t0 time.Time, ready time.Duration) {
+	pods, err := cs.CoreV1().Pods(ns).List(b.Context(), metav1.ListOptions{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	since := func(t metav1.Time) string {
+		if t.IsZero() {
+			return "-"
+		}
+		return t.Sub(t0).Round(100 * time.Millisecond).String()
+	}
+	type row struct {
+		name               string
+		created, scheduled metav1.Time
+		started, ready     metav1.Time
+	}
+	var rows []row
+	for _, p := range pods.Items {
+		r := row{name: p.Name, created: p.CreationTimestamp}
+		for _, c := range p.Status.Conditions {
+			switch c.Type {
+			case corev1.PodScheduled:
+				r.scheduled = c.LastTransitionTime
+			case corev1.PodReady:
+				if c.Status == corev1.ConditionTrue {
+					r.ready = c.LastTransitionTime
+				}
+			}
+		}
+		for _, c := range p.Status.ContainerStatuses {
+			if c.State.Running != nil {
+				r.started = c.State.Running.StartedAt
+			}
+		}
+		rows = append(rows, r)
+	}
+	slices.SortFunc(rows, func(a, c row) int { return a.ready.Compare(c.ready.Time) })
+	b.Logf("trace of %s (t = 0 at the first call to the runtime; times are the API server's, to the second):", ns)
+	for _, r := range rows {
+		b.Logf("  %-40s created %6s  scheduled %6s  container started %6s  Ready %6s", r.name, since(r.created), since(r.scheduled), since(r.started), since(r.ready))
+	}
+	b.Logf("  the endpoint answered /readyz at %s", ready.Round(100*time.Millisecond))
 }
 
 func mean(xs []float64) float64 {

@@ -124,9 +124,13 @@ func newStatusCmd(g *globals) *cobra.Command {
 				fmt.Fprintf(g.out, "Registry:   not running (%s)\n\n", st.RegistryError)
 			}
 			tw := tabwriter.NewWriter(g.out, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "COMPONENT\tPID\tREADY\tRESTARTS")
+			fmt.Fprintln(tw, "COMPONENT\tPID\tREADY\tRESTARTS\tMEMORY")
 			for _, c := range st.Components {
-				fmt.Fprintf(tw, "%s\t%d\t%t\t%s\n", c.Name, c.PID, c.Ready, strconv.Itoa(c.Restarts))
+				mem := "-"
+				if b, ok := localplane.RSS(c.PID); ok {
+					mem = fmt.Sprintf("%d MiB", b>>20)
+				}
+				fmt.Fprintf(tw, "%s\t%d\t%t\t%s\t%s\n", c.Name, c.PID, c.Ready, strconv.Itoa(c.Restarts), mem)
 			}
 			if err := tw.Flush(); err != nil {
 				return err

@@ -99,6 +99,39 @@ func Alive(pid int) bool {
 	return true
 }
 
+// RSS returns the resident memory of process pid in bytes (VmRSS of
+// /proc/PID/status); ok is false when it cannot be read (no such process).
+func RSS(pid int) (bytes int64, ok bool) {
+	if pid <= 0 {
+		return 0, false
+	}
+	data, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
+	if err != nil {
+		return 0, false
+	}
+	return parseVmRSS(string(data))
+}
+
+// parseVmRSS reads the "VmRSS:   1234 kB" line of a /proc/PID/status.
+func parseVmRSS(status string) (int64, bool) {
+	for line := range strings.Lines(status) {
+		rest, found := strings.CutPrefix(line, "VmRSS:")
+		if !found {
+			continue
+		}
+		fields := strings.Fields(rest)
+		if len(fields) != 2 || fields[1] != "kB" {
+			return 0, false
+		}
+		kb, err := strconv.ParseInt(fields[0], 10, 64)
+		if err != nil {
+			return 0, false
+		}
+		return kb << 10, true
+	}
+	return 0, false
+}
+
 // lockHeld reports whether some process holds the daemon lock.
 func lockHeld(path string) bool {
 	f, err := os.OpenFile(path, os.O_RDWR, 0)
