@@ -232,6 +232,13 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.
 		r.Recorder.Eventf(cl, nil, corev1.EventTypeWarning, "ControlPlaneFailed", "Start", "starting control plane: %v", err)
 		return ctrl.Result{}, fmt.Errorf("ensuring control plane: %w", err)
 	}
+	if st.Endpoint == "" {
+		// No endpoint yet (a hosted plane whose data is still being
+		// restored, which takes as long as its etcd takes to start):
+		// nothing to write a kubeconfig for or connect to.
+		computeStatus(cl, st)
+		return ctrl.Result{RequeueAfter: time.Second}, nil
+	}
 	kubeconfig, err := r.ensureKubeconfig(ctx, cl, bundle, st.Endpoint)
 	if err != nil {
 		setUnknown(cl, err)
