@@ -190,7 +190,7 @@ func IsKeys(path string) (bool, error) {
 // (FormatEtcd), whose keys under APIServerPrefix it takes. Keys already
 // under prefix are deleted first, so an import cut short is done again
 // whole. Keys that had a lease get a new one with the time to live they
-// had left. It returns how many keys it put. Nothing may write under
+// had left, rounded up to the minute. It returns how many keys it put. Nothing may write under
 // prefix meanwhile (the API server must not run yet).
 func ImportKeys(ctx context.Context, kv Keyspace, path, prefix string) (int, error) {
 	if err := checkPrefix(prefix); err != nil {
@@ -212,6 +212,9 @@ func ImportKeys(ctx context.Context, kv Keyspace, path, prefix string) (int, err
 	if _, err := kv.Delete(ctx, prefix+"/", clientv3.WithPrefix()); err != nil {
 		return 0, fmt.Errorf("clearing the keys under %s: %w", prefix, err)
 	}
+	// One lease per minute of time to live, as the API server itself
+	// shares a lease among the events it writes within a minute: a
+	// tenant's hundreds of events cost a few grants, not one each.
 	leases := map[int64]clientv3.LeaseID{}
 	var ops []clientv3.Op
 	size := 0
@@ -228,18 +231,15 @@ func ImportKeys(ctx context.Context, kv Keyspace, path, prefix string) (int, err
 	for _, rec := range recs {
 		var opts []clientv3.OpOption
 		if rec.lease != 0 {
-			id, ok := leases[rec.lease]
+			ttl := leaseMinute(rec.ttl)
+			id, ok := leases[ttl]
 			if !ok {
-				ttl := rec.ttl
-				if ttl <= 0 {
-					ttl = int64(DefaultLeaseTTL / time.Second)
-				}
 				resp, err := kv.Grant(ctx, ttl)
 				if err != nil {
 					return 0, fmt.Errorf("granting a lease of %d s: %w", ttl, err)
 				}
 				id = resp.ID
-				leases[rec.lease] = id
+				leases[ttl] = id
 			}
 			opts = append(opts, clientv3.WithLease(id))
 		}
@@ -256,6 +256,16 @@ func ImportKeys(ctx context.Context, kv Keyspace, path, prefix string) (int, err
 		return 0, err
 	}
 	return len(recs), nil
+}
+
+// leaseMinute is the time to live an imported key's lease gets for ttl
+// seconds left (0 or less: not known, DefaultLeaseTTL): rounded up to
+// the minute.
+func leaseMinute(ttl int64) int64 {
+	if ttl <= 0 {
+		ttl = int64(DefaultLeaseTTL / time.Second)
+	}
+	return (ttl + 59) / 60 * 60
 }
 
 // A transaction of an import holds at most importOps puts (etcd's

@@ -113,3 +113,11 @@ func TestLeaseFields(t *testing.T) {
 		t.Fatalf("leaseFields = %d, %d, %d; want 42, 3600, 1200", id, ttl, remaining)
 	}
 }
+
+func TestLeaseMinute(t *testing.T) {
+	for ttl, want := range map[int64]int64{1: 60, 60: 60, 61: 120, 3599: 3600, 0: 3600, -5: 3600} {
+		if got := leaseMinute(ttl); got != want {
+			t.Errorf("leaseMinute(%d) = %d, want %d", ttl, got, want)
+		}
+	}
+}
