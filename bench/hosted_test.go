@@ -18,7 +18,9 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"fke.dev/fke/internal/backup"
 	"fke.dev/fke/internal/binaries"
+	"fke.dev/fke/internal/controlplane"
 	"fke.dev/fke/internal/controlplane/hosted"
 	"fke.dev/fke/internal/hostnet"
 	"fke.dev/fke/internal/manager"
@@ -143,11 +145,51 @@ func BenchmarkHosted(b *testing.B) {
 	b.ReportMetric(meanSh/meanDed, "shared/dedicated")
 	b.Logf("per tenant (pods' working set): dedicated %.0f MB; shared %.0f MB (its pods %.0f + shared etcd %.0f / %d tenants); shared/dedicated %.2f",
 		meanDed, meanSh, mean(sh), byNS[manager.DefaultSystemNamespace], len(sh), meanSh/meanDed)
+	benchHostedBackup(ctx, b, rt, planes)
 	for _, p := range planes {
 		if err := rt.Delete(ctx, p.Key); err != nil {
 			b.Error(err)
 		}
 	}
+}
+
+// benchHostedBackup takes a snapshot (a key export through the management
+// cluster) of one tenant of each datastore, among the running tenants,
+// and restores each into a new plane on the other datastore: snapshot
+// time, and create -> /readyz of the restored plane.
+func benchHostedBackup(ctx context.Context, b *testing.B, rt *hosted.Runtime, planes []*testenv.HostedPlane) {
+	dir := backup.Dir(b.TempDir())
+	var wg sync.WaitGroup
+	for _, ds := range []string{hosted.Dedicated, hosted.Shared} {
+		i := slices.IndexFunc(planes, func(p *testenv.HostedPlane) bool { return p.Datastore == ds })
+		if i < 0 {
+			continue
+		}
+		src := planes[i]
+		t0 := time.Now()
+		snap, err := rt.Snapshot(ctx, controlplane.Spec{Key: src.Key, PKI: src.Bundle, Datastore: ds}, dir, t0.Add(time.Duration(i)*time.Second), "uid-"+ds)
+		if err != nil {
+			b.Error(err)
+			continue
+		}
+		b.Logf("snapshot of %s (%s etcd): %d bytes at revision %d in %s", src.Key, ds, snap.Size, snap.Revision, time.Since(t0).Round(time.Millisecond))
+		to := hosted.Shared
+		if ds == hosted.Shared {
+			to = hosted.Dedicated
+		}
+		wg.Go(func() {
+			p, err := testenv.RestoreHostedPlane(ctx, rt, "bench/restored-"+ds, to, src.Bundle, dir.File(snap.Name))
+			if err != nil {
+				b.Error(err)
+				return
+			}
+			b.Logf("restored %s into a plane on the %s datastore: create -> /readyz %s", src.Key, to, p.Ready.Round(10*time.Millisecond))
+			if err := rt.Delete(ctx, p.Key); err != nil {
+				b.Error(err)
+			}
+		})
+	}
+	wg.Wait()
 }
 
 // traceHostedPods logs where a hosted plane's create went: for each pod of
