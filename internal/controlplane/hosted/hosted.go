@@ -416,16 +416,20 @@ func (r *Runtime) Status(ctx context.Context, key string) (controlplane.Status, 
 	}
 	var st controlplane.Status
 	svc := &corev1.Service{}
-	if nsObj.Annotations[AnnotationRestorePending] != "" {
-		// No endpoint until the snapshot is in: the caller passes it until then.
-	} else if err := r.c.Get(ctx, client.ObjectKey{Namespace: ns, Name: APIServerService}, svc); err == nil && len(svc.Spec.Ports) == 1 {
-		host, err := r.endpointHost(ctx)
-		if err != nil {
-			return controlplane.Status{}, err
+	// No endpoint while a snapshot is being imported: the caller passes
+	// the snapshot until it sees one.
+	if nsObj.Annotations[AnnotationRestorePending] == "" {
+		err := r.c.Get(ctx, client.ObjectKey{Namespace: ns, Name: APIServerService}, svc)
+		switch {
+		case err == nil && len(svc.Spec.Ports) == 1:
+			host, err := r.endpointHost(ctx)
+			if err != nil {
+				return controlplane.Status{}, err
+			}
+			st.Endpoint = "https://" + net.JoinHostPort(host, strconv.Itoa(int(svc.Spec.Ports[0].NodePort)))
+		case err != nil && !apierrors.IsNotFound(err):
+			return controlplane.Status{}, fmt.Errorf("getting Service %s/%s: %w", ns, APIServerService, err)
 		}
-		st.Endpoint = "https://" + net.JoinHostPort(host, strconv.Itoa(int(svc.Spec.Ports[0].NodePort)))
-	} else if err != nil && !apierrors.IsNotFound(err) {
-		return controlplane.Status{}, fmt.Errorf("getting Service %s/%s: %w", ns, APIServerService, err)
 	}
 	var pods corev1.PodList
 	if err := r.c.List(ctx, &pods, client.InNamespace(ns)); err != nil {
