@@ -63,7 +63,11 @@ func BenchmarkHosted(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	mgmt, err := client.New(e.TenantConfig("mgmt"), client.Options{Scheme: scheme})
+	// At fke-manager's rate (client-go's default of 5 requests a second
+	// would make ten planes at once wait on the client, not on the cluster).
+	mcfg := e.TenantConfig("mgmt")
+	mcfg.QPS, mcfg.Burst = 200, 400
+	mgmt, err := client.New(mcfg, client.Options{Scheme: scheme})
 	if err != nil {
 		b.Fatal(err)
 	}

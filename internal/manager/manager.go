@@ -163,7 +163,7 @@ func Run(ctx context.Context, opts Options) error {
 	if err != nil {
 		return fmt.Errorf("loading management kubeconfig %s: %w", opts.Kubeconfig, err)
 	}
-	cfg.QPS, cfg.Burst = 200, 400
+	cfg.QPS, cfg.Burst = managerQPS, managerBurst
 	scheme, err := Scheme()
 	if err != nil {
 		return err
@@ -333,6 +333,14 @@ func setupClusters(mgr ctrl.Manager, opts Options, runtimes map[fkev1.ControlPla
 	return nil
 }
 
+// The rate fke-manager's clients of the management (and hosting) cluster
+// may send requests at: one reconcile of a hosted tenant applies about ten
+// objects, and a hundred tenants reconcile at once after a failover.
+const (
+	managerQPS   = 200
+	managerBurst = 400
+)
+
 // hostedRuntime builds the hosted runtime on the cluster o.Kubeconfig
 // names, or on the management cluster (cfg). Its client reads the API
 // server directly: a cache of every Pod, Deployment and Secret of a large
@@ -343,6 +351,9 @@ func hostedRuntime(cfg *rest.Config, scheme *runtime.Scheme, o HostedOptions, lo
 		if cfg, err = clientcmd.BuildConfigFromFlags("", o.Kubeconfig); err != nil {
 			return nil, fmt.Errorf("loading the hosting cluster's kubeconfig %s: %w", o.Kubeconfig, err)
 		}
+		// As the management cluster's client: client-go's default of 5
+		// requests a second would hold every tenant's reconcile back.
+		cfg.QPS, cfg.Burst = managerQPS, managerBurst
 	}
 	c, err := client.New(cfg, client.Options{Scheme: scheme})
 	if err != nil {
