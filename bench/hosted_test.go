@@ -242,6 +242,57 @@ func traceHostedPods(b *testing.B, cs kubernetes.Interface, ns string, t0 time.T
 		b.Logf("  %-40s created %6s  scheduled %6s  container started %6s  Ready %6s", r.name, since(r.created), since(r.scheduled), since(r.started), since(r.ready))
 	}
 	b.Logf("  the endpoint answered /readyz at %s", ready.Round(100*time.Millisecond))
+	for _, p := range pods.Items {
+		if p.Labels[hosted.LabelComponent] != "kube-apiserver" {
+			continue
+		}
+		raw, err := cs.CoreV1().Pods(ns).GetLogs(p.Name, &corev1.PodLogOptions{}).DoRaw(b.Context())
+		if err != nil {
+			b.Logf("  logs of %s: %v", p.Name, err)
+			continue
+		}
+		b.Logf("  %s: %s", p.Name, apiServerMilestones(string(raw), t0))
+	}
+}
+
+// apiServerMilestones finds, in a kube-apiserver's log (klog lines, which
+// carry the time of day), its first line, the last failed connection to
+// etcd and the line that says it serves, relative to t0 (same day, UTC).
+func apiServerMilestones(log string, t0 time.Time) string {
+	at := func(line string) string {
+		// "I1202 16:41:23.123456    1 file.go:12] ..."
+		f := strings.Fields(line)
+		if len(f) < 2 || len(f[0]) < 5 {
+			return "?"
+		}
+		t, err := time.Parse("15:04:05.000000", f[1])
+		if err != nil {
+			return "?"
+		}
+		y, m, d := t0.UTC().Date()
+		t = time.Date(y, m, d, t.Hour(), t.Minute(), t.Second(), t.Nanosecond(), time.UTC)
+		return t.Sub(t0).Round(100 * time.Millisecond).String()
+	}
+	var first, lastEtcdErr, serving string
+	for line := range strings.Lines(log) {
+		if first == "" && (strings.HasPrefix(line, "I") || strings.HasPrefix(line, "W") || strings.HasPrefix(line, "E")) {
+			first = at(line)
+		}
+		if strings.Contains(line, "2379") && (strings.Contains(line, "rror") || strings.Contains(line, "fail")) {
+			lastEtcdErr = at(line)
+		}
+		if serving == "" && strings.Contains(line, "Serving securely") {
+			serving = at(line)
+		}
+	}
+	return fmt.Sprintf("first log line %s, last failed etcd connection %s, serving %s", dashIfEmpty(first), dashIfEmpty(lastEtcdErr), dashIfEmpty(serving))
+}
+
+func dashIfEmpty(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
 }
 
 func mean(xs []float64) float64 {
