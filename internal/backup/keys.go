@@ -102,8 +102,9 @@ func leaseTTL(ctx context.Context, l clientv3.Lease, id int64, cache map[int64]i
 }
 
 // record is one exported key: relative to the export's prefix, with the
-// id of its lease where it had one (keys of one lease share it again
-// after an import) and that lease's remaining seconds.
+// id of its lease where it had one (0: none; kept as etcd had it, though
+// an import groups leased keys by time to live, see leaseMinute) and that
+// lease's remaining seconds.
 type record struct {
 	key, value []byte
 	lease, ttl int64
