@@ -155,7 +155,19 @@ func testHostedClusters(t *testing.T, e *testenv.Env, cs kubernetes.Interface, m
 			t.Fatal(err)
 		}
 		start := time.Now()
-		e.MustRun("--kubeconfig", mgmtKubeconfig, "cluster", "restore", "hosted-c", "--from", "hosted-b/"+m[1], "--wait", "--timeout", "8m")
+		e.MustRun("--kubeconfig", mgmtKubeconfig, "cluster", "restore", "hosted-c", "--from", "hosted-b/"+m[1])
+		// As long as a new hosted cluster may take (the CLI's own wait
+		// would outlast the test environment's limit on one command).
+		testenv.Eventually(t, 8*time.Minute, "hosted-c Ready", func() error {
+			cl := &fkev1.Cluster{}
+			if err := c.Get(t.Context(), client.ObjectKey{Namespace: "default", Name: "hosted-c"}, cl); err != nil {
+				return err
+			}
+			if !meta.IsStatusConditionTrue(cl.Status.Conditions, fkev1.ConditionReady) {
+				return fmt.Errorf("conditions %+v", cl.Status.Conditions)
+			}
+			return nil
+		})
 		t.Logf("FIGURE hosted cluster hosted-c restored from hosted-b's snapshot -> Ready: %s", time.Since(start).Round(100*time.Millisecond))
 		s := &corev1.Secret{}
 		if err := c.Get(t.Context(), client.ObjectKey{Namespace: "default", Name: cluster.KubeconfigSecretName("hosted-c")}, s); err != nil {
