@@ -2,7 +2,6 @@ package hosted
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"path/filepath"
 	"time"
@@ -134,6 +133,3 @@ func (r *Runtime) annotate(ctx context.Context, nsObj *corev1.Namespace, key, va
 	}
 	return nil
 }
-
-// isStarting reports an error that says the datastore is not ready yet.
-func isStarting(err error) bool { return errors.Is(err, errStarting) }

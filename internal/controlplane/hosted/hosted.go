@@ -122,8 +122,9 @@ func (r *Runtime) apply(ctx context.Context, objs ...client.Object) error {
 	return nil
 }
 
-// ensureNamespace makes the tenant's namespace, labelled with its Cluster.
-func (r *Runtime) ensureNamespace(ctx context.Context, key, datastore string) (string, error) {
+// ensureNamespace makes the tenant's namespace, labelled with its Cluster,
+// and returns it.
+func (r *Runtime) ensureNamespace(ctx context.Context, key, datastore string) (*corev1.Namespace, error) {
 	name := Namespace(key)
 	ns := &corev1.Namespace{
 		TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Namespace"},
@@ -138,19 +139,22 @@ func (r *Runtime) ensureNamespace(ctx context.Context, key, datastore string) (s
 	switch {
 	case err == nil:
 		if !existing.DeletionTimestamp.IsZero() {
-			return "", fmt.Errorf("namespace %s of %s is still being deleted", name, key)
+			return nil, fmt.Errorf("namespace %s of %s is still being deleted", name, key)
 		}
 		if existing.Annotations[AnnotationCluster] != key {
-			return "", fmt.Errorf("namespace %s belongs to %q, not %s", name, existing.Annotations[AnnotationCluster], key)
+			return nil, fmt.Errorf("namespace %s belongs to %q, not %s", name, existing.Annotations[AnnotationCluster], key)
 		}
 		if d := existing.Annotations[AnnotationDatastore]; d != "" && d != datastore {
-			return "", fmt.Errorf("control plane %s keeps its data in the %s datastore; it cannot move to %s", key, d, datastore)
+			return nil, fmt.Errorf("control plane %s keeps its data in the %s datastore; it cannot move to %s", key, d, datastore)
 		}
-		return name, nil
+		return existing, nil
 	case !apierrors.IsNotFound(err):
-		return "", fmt.Errorf("getting namespace %s: %w", name, err)
+		return nil, fmt.Errorf("getting namespace %s: %w", name, err)
 	}
-	return name, r.apply(ctx, ns)
+	if err := r.apply(ctx, ns); err != nil {
+		return nil, err
+	}
+	return ns, nil
 }
 
 func labelValue(key string) string {
@@ -178,10 +182,11 @@ func cutKey(key string) (string, string, bool) {
 // of the tenant's service range (its kubernetes Service). etcd's cover its
 // members' names.
 func (r *Runtime) Addresses(ctx context.Context, spec controlplane.Spec) (controlplane.Addresses, error) {
-	ns, err := r.ensureNamespace(ctx, spec.Key, datastoreOf(spec))
+	nsObj, err := r.ensureNamespace(ctx, spec.Key, datastoreOf(spec))
 	if err != nil {
 		return controlplane.Addresses{}, err
 	}
+	ns := nsObj.Name
 	svc, err := r.ensureService(ctx, ns)
 	if err != nil {
 		return controlplane.Addresses{}, err
@@ -284,14 +289,11 @@ func (r *Runtime) Ensure(ctx context.Context, spec controlplane.Spec) (controlpl
 		return controlplane.Status{}, errors.New("the hosted runtime keeps no warm pool")
 	}
 	ds := datastoreOf(spec)
-	ns, err := r.ensureNamespace(ctx, spec.Key, ds)
+	nsObj, err := r.ensureNamespace(ctx, spec.Key, ds)
 	if err != nil {
 		return controlplane.Status{}, err
 	}
-	nsObj := &corev1.Namespace{}
-	if err := r.c.Get(ctx, client.ObjectKey{Name: ns}, nsObj); err != nil {
-		return controlplane.Status{}, fmt.Errorf("getting namespace %s: %w", ns, err)
-	}
+	ns := nsObj.Name
 	restoring, err := r.restoreState(ctx, nsObj, spec)
 	if err != nil {
 		return controlplane.Status{}, err
@@ -350,7 +352,7 @@ func (r *Runtime) Ensure(ctx context.Context, spec controlplane.Spec) (controlpl
 		if err := r.apply(ctx, objs...); err != nil {
 			return controlplane.Status{}, err
 		}
-		if err := r.importSnapshot(ctx, nsObj, spec); isStarting(err) {
+		if err := r.importSnapshot(ctx, nsObj, spec); errors.Is(err, errStarting) {
 			return r.Status(ctx, spec.Key)
 		} else if err != nil {
 			return controlplane.Status{}, err
