@@ -309,7 +309,7 @@ func Run(ctx context.Context, opts Options) error {
 func setupClusters(mgr ctrl.Manager, opts Options, runtimes map[fkev1.ControlPlaneRuntime]controlplane.Runtime, tenants *tenant.Registry,
 	providers map[fkev1.ProviderName]nodeprovider.Provider, approvers *bootstrap.Approvers) error {
 	backupDir := filepath.Join(opts.DataDir, "backups")
-	backups := &backupcontroller.Reconciler{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("fke-backup"), Dir: backupDir, Runtimes: runtimes}
+	backups := &backupcontroller.Reconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorder("fke-backup"), Dir: backupDir, Runtimes: runtimes}
 	if err := backups.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up backup controller: %w", err)
 	}

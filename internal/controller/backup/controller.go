@@ -14,6 +14,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/events"
@@ -32,8 +33,11 @@ const DefaultRetain = 7
 
 // Reconciler takes the snapshots.
 type Reconciler struct {
-	Client   client.Client
-	Recorder events.EventRecorder
+	Client client.Client
+	// APIReader reads a cluster past the cache after a conflicting status
+	// write (Client when nil).
+	APIReader client.Reader
+	Recorder  events.EventRecorder
 	// Dir is where snapshots are kept: Dir/<namespace>/<cluster>/.
 	Dir string
 	// Runtimes run the control planes, by spec.runtime; a cluster whose
@@ -159,10 +163,11 @@ func (r *Reconciler) upload(ctx context.Context, cl *fkev1.Cluster) *uploadResul
 }
 
 // setResult records a snapshot (or why it failed) and its upload (nil:
-// no store, or no snapshot to upload) in cl's status.
+// no store, or no snapshot to upload) in cl's status. What to record is
+// decided (and its events sent) once; it is written only onto the newest
+// cluster (a status read from the cache, once behind, would put back the
+// lists another writer changed), read again after a conflict.
 func (r *Reconciler) setResult(ctx context.Context, cl *fkev1.Cluster, requested string, snap *backup.Snapshot, err error, up *uploadResult) error {
-	before := cl.DeepCopy()
-	cl.Status.BackupRequest = requested
 	cond := metav1.Condition{Type: fkev1.ConditionBackupSucceeded, ObservedGeneration: cl.Generation}
 	if err != nil {
 		cond.Status, cond.Reason, cond.Message = metav1.ConditionFalse, "BackupFailed", err.Error()
@@ -172,32 +177,67 @@ func (r *Reconciler) setResult(ctx context.Context, cl *fkev1.Cluster, requested
 		cond.Message = fmt.Sprintf("snapshot %s: %d bytes at revision %d, sha256 %s", snap.Name, snap.Size, snap.Revision, snap.SHA256)
 		r.Recorder.Eventf(cl, nil, corev1.EventTypeNormal, "SnapshotTaken", "Backup", "%s", cond.Message)
 	}
-	meta.SetStatusCondition(&cl.Status.Conditions, cond)
+	var uploaded *metav1.Condition
 	var remote []backup.Snapshot
 	remoteKnown := true
+	noStore := cl.Spec.Backup == nil || cl.Spec.Backup.S3 == nil
 	switch {
-	case cl.Spec.Backup == nil || cl.Spec.Backup.S3 == nil:
-		meta.RemoveStatusCondition(&cl.Status.Conditions, fkev1.ConditionBackupUploaded)
+	case noStore:
 	case up != nil:
 		remote, remoteKnown = up.res.Remote, up.res.Listed
-		r.setUploaded(cl, up)
+		c := r.uploadedCondition(cl, up)
+		uploaded = &c
 	default:
 		remoteKnown = false
 	}
-	if kept, lerr := backup.List(ClusterDir(r.Dir, cl.Namespace, cl.Name)); lerr == nil {
-		cl.Status.Backups = clustercontroller.BackupRecords(cl.Status.Backups, kept, remote, remoteKnown)
+	record := func(cl *fkev1.Cluster) {
+		cl.Status.BackupRequest = requested
+		meta.SetStatusCondition(&cl.Status.Conditions, cond)
+		if noStore {
+			meta.RemoveStatusCondition(&cl.Status.Conditions, fkev1.ConditionBackupUploaded)
+		} else if uploaded != nil {
+			meta.SetStatusCondition(&cl.Status.Conditions, *uploaded)
+		}
+		if kept, lerr := backup.List(ClusterDir(r.Dir, cl.Namespace, cl.Name)); lerr == nil {
+			cl.Status.Backups = clustercontroller.BackupRecords(cl.Status.Backups, kept, remote, remoteKnown)
+		}
 	}
-	if equality.Semantic.DeepEqual(before.Status, cl.Status) {
-		return nil
+	for attempt := 1; ; attempt++ {
+		before := cl.DeepCopy()
+		record(cl)
+		if equality.Semantic.DeepEqual(before.Status, cl.Status) {
+			return nil
+		}
+		perr := r.Client.Status().Patch(ctx, cl, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{}))
+		if perr == nil {
+			return nil
+		}
+		if !apierrors.IsConflict(perr) || attempt == statusAttempts {
+			return fmt.Errorf("recording the snapshot in the cluster's status: %w", perr)
+		}
+		fresh := &fkev1.Cluster{}
+		if gerr := r.reader().Get(ctx, client.ObjectKeyFromObject(cl), fresh); gerr != nil {
+			return fmt.Errorf("reading cluster %s again to record its snapshot: %w", cl.Name, gerr)
+		}
+		cl = fresh
 	}
-	if perr := r.Client.Status().Patch(ctx, cl, client.MergeFrom(before)); perr != nil {
-		return fmt.Errorf("recording the snapshot in the cluster's status: %w", perr)
-	}
-	return nil
 }
 
-// setUploaded sets the BackupUploaded condition and says what up did.
-func (r *Reconciler) setUploaded(cl *fkev1.Cluster, up *uploadResult) {
+// statusAttempts is how many times setResult writes the status, reading
+// the cluster again after each conflict.
+const statusAttempts = 5
+
+// reader reads past the cache where there is an API reader.
+func (r *Reconciler) reader() client.Reader {
+	if r.APIReader != nil {
+		return r.APIReader
+	}
+	return r.Client
+}
+
+// uploadedCondition is the BackupUploaded condition after up; its events
+// say what up did.
+func (r *Reconciler) uploadedCondition(cl *fkev1.Cluster, up *uploadResult) metav1.Condition {
 	cond := metav1.Condition{Type: fkev1.ConditionBackupUploaded, ObservedGeneration: cl.Generation}
 	if up.err != nil {
 		cond.Status, cond.Reason = metav1.ConditionFalse, fkev1.ReasonUploadFailed
@@ -222,7 +262,7 @@ func (r *Reconciler) setUploaded(cl *fkev1.Cluster, up *uploadResult) {
 			r.Recorder.Eventf(cl, nil, corev1.EventTypeNormal, "SnapshotUploaded", "Upload", "%s", msg)
 		}
 	}
-	meta.SetStatusCondition(&cl.Status.Conditions, cond)
+	return cond
 }
 
 func orNone(names []string) string {

@@ -104,6 +104,57 @@ func TestSetResultRecordsTheUpload(t *testing.T) {
 	}
 }
 
+// TestSetResultOnAStaleRead: a cluster read before another writer
+// changed its status is written again onto the newest one: the snapshot
+// is recorded, the other writer's condition stays, and the events are
+// sent once.
+func TestSetResultOnAStaleRead(t *testing.T) {
+	ctx := context.Background()
+	scheme := runtime.NewScheme()
+	if err := fkev1.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	cl := &fkev1.Cluster{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "demo"}}
+	c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(cl).WithStatusSubresource(cl).Build()
+	dir := t.TempDir()
+	rec := events.NewFakeRecorder(10)
+	r := &Reconciler{Client: c, Recorder: rec, Dir: dir}
+	snap, err := backup.Take(ctx, etcd{}, "e", ClusterDir(dir, "default", "demo"), time.Date(2026, 12, 1, 3, 0, 0, 0, time.UTC), "uid")
+	if err != nil {
+		t.Fatal(err)
+	}
+	stale := &fkev1.Cluster{}
+	if err := c.Get(ctx, client.ObjectKeyFromObject(cl), stale); err != nil {
+		t.Fatal(err)
+	}
+	// Another writer (the cluster controller) ends an upgrade meanwhile.
+	newer := stale.DeepCopy()
+	meta.SetStatusCondition(&newer.Status.Conditions, metav1.Condition{Type: fkev1.ConditionUpgrading, Status: metav1.ConditionFalse, Reason: fkev1.ReasonUpgraded, Message: "done"})
+	if err := c.Status().Update(ctx, newer); err != nil {
+		t.Fatal(err)
+	}
+
+	if err := r.setResult(ctx, stale, "req-1", &snap, nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	got := &fkev1.Cluster{}
+	if err := c.Get(ctx, client.ObjectKeyFromObject(cl), got); err != nil {
+		t.Fatal(err)
+	}
+	if c := meta.FindStatusCondition(got.Status.Conditions, fkev1.ConditionUpgrading); c == nil || c.Reason != fkev1.ReasonUpgraded {
+		t.Errorf("the other writer's condition after the snapshot's record: %+v", c)
+	}
+	if c := meta.FindStatusCondition(got.Status.Conditions, fkev1.ConditionBackupSucceeded); c == nil || c.Status != metav1.ConditionTrue {
+		t.Errorf("BackupSucceeded: %+v", c)
+	}
+	if got.Status.BackupRequest != "req-1" || len(got.Status.Backups) != 1 || got.Status.Backups[0].Name != snap.Name {
+		t.Errorf("request %q, backups %+v", got.Status.BackupRequest, got.Status.Backups)
+	}
+	if n := len(rec.Events); n != 1 {
+		t.Errorf("%d events, want the snapshot's one", n)
+	}
+}
+
 // etcd serves a small snapshot.
 type etcd struct{}
 

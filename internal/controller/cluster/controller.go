@@ -147,17 +147,27 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.
 
 	before := cl.DeepCopy()
 	defer func() {
-		if perr := r.patchStatus(ctx, before, cl); perr != nil && err == nil {
+		perr := r.patchStatus(ctx, before, cl)
+		switch {
+		case apierrors.IsConflict(perr):
+			// Read from a cache behind the API server: this reconcile's
+			// status would undo a newer one. The next reconcile, on the
+			// newer object, does its work again (every step is idempotent).
+			log.V(1).Info("status written meanwhile; reconciling again", "cluster", req.String())
+			res, err = ctrl.Result{RequeueAfter: conflictRetry}, nil
+		case perr != nil && err == nil:
 			err = perr
 		}
 	}()
-	// flush records the status now, before a long step (an upgrade).
-	flush := func() {
+	// flush records the status now, before a long step (an upgrade); it
+	// fails when the status read is no longer the newest.
+	flush := func() error {
 		if perr := r.patchStatus(ctx, before, cl); perr != nil {
 			log.Info("recording status", "cluster", req.String(), "error", perr.Error())
-			return
+			return perr
 		}
 		before = cl.DeepCopy()
+		return nil
 	}
 
 	if reason, msg, ok := r.validate(cl); !ok {
@@ -178,6 +188,10 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.
 		setUnknown(cl, err)
 		return ctrl.Result{}, err
 	}
+	// The steps above write what they choose at once; cl is what they
+	// wrote (nothing else of its status changed yet), so the status
+	// written at the end is a patch from there.
+	before = cl.DeepCopy()
 	bundle, err := r.ensurePKI(ctx, cl)
 	if err != nil {
 		setUnknown(cl, err)
@@ -435,12 +449,20 @@ func (r *Reconciler) startApprover(key string, kubeconfig []byte) error {
 	return nil
 }
 
+// conflictRetry is how soon a reconcile whose status write met a newer
+// object runs again.
+const conflictRetry = 50 * time.Millisecond
+
+// patchStatus writes after's status as a patch from before, only if the
+// cluster is still at before's resourceVersion: the patch replaces whole
+// lists (conditions, backups), so one computed from a stale read would
+// undo a newer write. A conflict is returned as such.
 func (r *Reconciler) patchStatus(ctx context.Context, before, after *fkev1.Cluster) error {
 	after.Status.ObservedGeneration = after.Generation
 	if equalStatus(before.Status, after.Status) {
 		return nil
 	}
-	if err := r.Client.Status().Patch(ctx, after, client.MergeFrom(before)); err != nil && !apierrors.IsNotFound(err) {
+	if err := r.Client.Status().Patch(ctx, after, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{})); err != nil && !apierrors.IsNotFound(err) {
 		return fmt.Errorf("patching cluster status: %w", err)
 	}
 	return nil

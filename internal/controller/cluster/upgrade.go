@@ -111,7 +111,7 @@ func startVersions(cl *fkev1.Cluster) map[string]string {
 // plane to spec.version. It returns handled when it took a step (Reconcile
 // returns res then); flush records the status before a long step, so that
 // `fke cluster get` shows it while it runs.
-func (r *Reconciler) reconcileUpgrade(ctx context.Context, cl *fkev1.Cluster, spec controlplane.Spec, st controlplane.Status, bundle pki.Bundle, flush func()) (res time.Duration, handled bool) {
+func (r *Reconciler) reconcileUpgrade(ctx context.Context, cl *fkev1.Cluster, spec controlplane.Spec, st controlplane.Status, bundle pki.Bundle, flush func() error) (res time.Duration, handled bool) {
 	target := cl.Spec.Version
 	running := runningVersions(st)
 	step := NextUpgradeStep(target, running, cl.Status.Upgrade)
@@ -138,7 +138,12 @@ func (r *Reconciler) reconcileUpgrade(ctx context.Context, cl *fkev1.Cluster, sp
 	up.Step, up.Message = step, ""
 	setUpgrading(cl, metav1.ConditionTrue, stepReason(step), describeStep(step, up))
 	if step != StepAddons {
-		flush() // a long step: show it while it runs
+		// A long step: show it while it runs. A write refused because the
+		// cluster changed meanwhile means this reconcile read an old
+		// cluster: the next one decides again.
+		if err := flush(); err != nil {
+			return conflictRetry, true
+		}
 	}
 
 	var err error
