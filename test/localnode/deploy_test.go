@@ -65,7 +65,10 @@ func TestDeployOnLocalNodes(t *testing.T) {
 		return p
 	}
 
-	good := write("good.yaml", deployment("sleeper", image.Pause.Ref(registry)))
+	// The demo server: the crash loop below runs the same image, already
+	// on the node then, so that its --timeout is spent crashing, not
+	// pulling under load.
+	good := write("good.yaml", deployment("sleeper", image.DemoServer.Ref(registry)))
 	start := time.Now()
 	out := e.MustRun("deploy", "-f", good, "--cluster", "demo", "--timeout", "2m")
 	if !strings.Contains(out, "ready     Deployment default/sleeper") {

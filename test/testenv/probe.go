@@ -6,11 +6,13 @@ import (
 	"sync"
 	"time"
 
+	utilnet "k8s.io/apimachinery/pkg/util/net"
 	"k8s.io/client-go/rest"
 )
 
 // Probe reads an API server every interval, as a client with one
-// keep-alive connection would, and records how long it went unanswered.
+// keep-alive connection would (dialling again after a request that timed
+// out), and records how long it went unanswered.
 type Probe struct {
 	cancel context.CancelFunc
 	done   chan struct{}
@@ -49,6 +51,11 @@ func ProbeAPI(cfg *rest.Config, path string, interval time.Duration) (*Probe, er
 				p.lastErr = err
 				// Unanswered since the last success.
 				p.maxGap = max(p.maxGap, now.Sub(lastOK))
+				// The next request dials again, as a client does after a
+				// timeout: a connection to a server killed without closing
+				// it would otherwise hang until HTTP/2's health check gives
+				// it up (about 45 s), whatever the other replicas answer.
+				utilnet.CloseIdleConnectionsFor(hc.Transport)
 			}
 			p.mu.Unlock()
 			select {
