@@ -271,9 +271,9 @@ func TestNonDefaultValues(t *testing.T) {
 	}
 
 	// The hosted runtime's settings reach the manager's flags.
-	r = mustRender(t, "runtimes={hosted},hosted.registry=172.29.0.1:5000/fke,hosted.endpointHost=10.0.0.5")
+	r = mustRender(t, "runtimes={hosted},hosted.registry=172.29.0.1:5000/fke,hosted.endpointHost=10.0.0.5,hosted.maxStarting=4")
 	for _, want := range []string{"--runtimes=hosted", "--hosted-registry=172.29.0.1:5000/fke",
-		"--hosted-system-namespace=" + namespace, "--hosted-endpoint-host=10.0.0.5"} {
+		"--hosted-system-namespace=" + namespace, "--hosted-endpoint-host=10.0.0.5", "--hosted-max-starting=4"} {
 		if !slices.Contains(manager(t, r).Args, want) {
 			t.Errorf("args %v lack %s", manager(t, r).Args, want)
 		}
@@ -299,6 +299,7 @@ func TestBadValues(t *testing.T) {
 		{set: "hosted.registy=x", want: []string{"registy", "additional"}},
 		{set: "providers={kwok,openstack}", want: []string{"/providers/1", "must be one of 'kwok', 'local'"}},
 		{set: "providers={kwok,kwok}", want: []string{"/providers", "equal"}},
+		{set: "hosted.maxStarting=-2", want: []string{"/hosted/maxStarting", "minimum"}},
 		{set: "replica=2", want: []string{"replica", "additional"}},
 		{set: "replicas=0", want: []string{"/replicas", "minimum"}},
 		{set: "replicas=2,leaderElection.enabled=false", want: []string{"replicas above 1 need leaderElection.enabled"}},
@@ -398,11 +399,11 @@ func TestRBAC(t *testing.T) {
 	// The hosted runtime adds what it keeps in tenants' namespaces.
 	hostedRules := mustRender(t, "runtimes={hosted},hosted.registry=reg.example/fke").clusterRoles[0].Rules
 	for _, n := range append(withRuntime,
-		need{"", "namespaces", []string{"get", "create", "patch", "delete"}},
+		need{"", "namespaces", []string{"get", "list", "create", "patch", "delete"}},
 		need{"", "secrets", []string{"create", "patch", "delete"}},
 		need{"", "services", []string{"get", "create", "patch"}},
 		// kwok of hosted clusters: applied, and removed with the pool's cluster.
-		need{"apps", "deployments", []string{"get", "create", "patch", "delete"}},
+		need{"apps", "deployments", []string{"get", "list", "create", "patch", "delete"}},
 		need{"apps", "statefulsets", []string{"get", "create", "patch"}},
 		need{"policy", "poddisruptionbudgets", []string{"get", "create", "patch"}},
 		need{"", "pods", []string{"list"}},

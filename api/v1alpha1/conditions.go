@@ -41,9 +41,11 @@ const (
 
 // Condition reasons shared by several kinds.
 const (
-	ReasonReady              = "Ready"
-	ReasonProvisioning       = "Provisioning"
-	ReasonStarting           = "Starting"
+	ReasonReady        = "Ready"
+	ReasonProvisioning = "Provisioning"
+	ReasonStarting     = "Starting"
+	// ReasonQueued: the control plane waits for others to start first.
+	ReasonQueued             = "Queued"
 	ReasonComponentsNotReady = "ComponentsNotReady"
 	ReasonInternalError      = "InternalError"
 	ReasonDeleting           = "Deleting"

@@ -16,6 +16,7 @@ import (
 
 	fkev1 "fke.dev/fke/api/v1alpha1"
 	"fke.dev/fke/internal/binaries"
+	"fke.dev/fke/internal/controlplane/hosted"
 	"fke.dev/fke/internal/localplane"
 	"fke.dev/fke/internal/manager"
 )
@@ -63,6 +64,7 @@ func parseFlags(args []string) (manager.Options, error) {
 	fs.StringVar(&opts.Hosted.Registry, "hosted-registry", "", "registry of the hosted runtime's control-plane images, <registry>/kube-apiserver:<version> ... (`fke image push-control-plane` fills fke's)")
 	fs.StringVar(&opts.Hosted.EndpointHost, "hosted-endpoint-host", "", "address users and nodes reach the hosting cluster's node ports at (empty: its first Ready node's InternalIP)")
 	fs.StringVar(&opts.Hosted.SystemNamespace, "hosted-system-namespace", manager.DefaultSystemNamespace, "namespace of the hosted runtime's shared etcd")
+	fs.IntVar(&opts.Hosted.MaxStarting, "hosted-max-starting", hosted.DefaultMaxStarting, "how many hosted control planes start at once (the others queue, oldest first; -1: no bound)")
 	fs.StringVar(&providers, "providers", manager.JoinNames(manager.Providers), "comma-separated node providers to run (empty: none)")
 	if err := fs.Parse(args); err != nil {
 		return opts, err

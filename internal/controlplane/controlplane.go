@@ -92,6 +92,9 @@ type Status struct {
 	// Addons are the addon processes (see Runtime.EnsureAddons), by name.
 	// They do not count towards Ready.
 	Addons []ComponentStatus
+	// Queued, when set, says why the control plane has not started yet
+	// (a runtime that bounds how many start at once).
+	Queued string
 }
 
 // AddonStatus returns the status of the addon process name, and whether

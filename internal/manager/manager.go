@@ -105,6 +105,9 @@ type HostedOptions struct {
 	Registry        string
 	EndpointHost    string
 	SystemNamespace string
+	// MaxStarting bounds how many control planes start at once (0: the
+	// runtime's default; below zero: no bound).
+	MaxStarting int
 }
 
 // LeaderElectionOptions configure leader election among manager replicas.
@@ -361,7 +364,7 @@ func hostedRuntime(cfg *rest.Config, scheme *runtime.Scheme, o HostedOptions, lo
 	}
 	return hosted.New(hosted.Options{
 		Client: c, Registry: o.Registry, EndpointHost: o.EndpointHost, SystemNamespace: o.SystemNamespace,
-		Logger: log.With("component", "hosted-runtime"),
+		MaxStarting: o.MaxStarting, Logger: log.With("component", "hosted-runtime"),
 	})
 }
 

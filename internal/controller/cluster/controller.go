@@ -42,7 +42,10 @@ import (
 // (to notice crashes and restarts).
 const (
 	requeueStarting = 200 * time.Millisecond
-	requeueReady    = 10 * time.Second
+	// requeueQueued: a control plane queued behind others that start
+	// (a hosted one) asks again this often.
+	requeueQueued = 2 * time.Second
+	requeueReady  = 10 * time.Second
 	// requeueAddons: while an addon starts or is being removed.
 	requeueAddons = time.Second
 )
@@ -268,6 +271,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.
 	if !st.Ready() {
 		if wasReady {
 			r.Recorder.Eventf(cl, nil, corev1.EventTypeWarning, "ControlPlaneNotReady", "Monitor", "components not ready: %v", st.NotReady())
+		}
+		if st.Queued != "" {
+			return ctrl.Result{RequeueAfter: requeueQueued}, nil
 		}
 		return ctrl.Result{RequeueAfter: requeueStarting}, nil
 	}

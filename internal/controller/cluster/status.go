@@ -61,6 +61,9 @@ func computeStatus(cl *fkev1.Cluster, st controlplane.Status) {
 		cl.Status.Phase = PhaseProvisioning
 	}
 	reason := fkev1.ReasonStarting
+	if st.Queued != "" {
+		reason, msg = fkev1.ReasonQueued, st.Queued
+	}
 	if meta.IsStatusConditionTrue(cl.Status.Conditions, fkev1.ConditionControlPlaneReady) || cl.Status.Phase == PhaseReady {
 		reason = fkev1.ReasonComponentsNotReady
 		cl.Status.Phase = PhaseProvisioning

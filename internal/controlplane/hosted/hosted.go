@@ -25,6 +25,7 @@ import (
 	"slices"
 	"sort"
 	"strconv"
+	"sync"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -60,7 +61,11 @@ type Options struct {
 	// APIServerReplicas (default 2) and EtcdReplicas (default 3, for both
 	// datastores) size the control planes.
 	APIServerReplicas, EtcdReplicas int32
-	Logger                          *slog.Logger
+	// MaxStarting is how many control planes start at once (default
+	// DefaultMaxStarting; below zero: no bound); the others wait, in the
+	// order they were created, and say so in their status.
+	MaxStarting int
+	Logger      *slog.Logger
 }
 
 // Runtime runs control planes in the management cluster of Options.Client.
@@ -69,6 +74,8 @@ type Runtime struct {
 	c      client.Client
 	log    *slog.Logger
 	shared *sharedEtcd
+	// admitMu makes each start's admission see the one before it.
+	admitMu sync.Mutex
 }
 
 var _ controlplane.Runtime = (*Runtime)(nil)
@@ -95,6 +102,9 @@ func New(opts Options) (*Runtime, error) {
 	}
 	if opts.EtcdReplicas <= 0 {
 		opts.EtcdReplicas = 3
+	}
+	if opts.MaxStarting == 0 {
+		opts.MaxStarting = DefaultMaxStarting
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
@@ -305,6 +315,14 @@ func (r *Runtime) Ensure(ctx context.Context, spec controlplane.Spec) (controlpl
 	host, err := r.endpointHost(ctx)
 	if err != nil {
 		return controlplane.Status{}, err
+	}
+	switch queued, err := r.admitStart(ctx, nsObj); {
+	case err != nil:
+		return controlplane.Status{}, err
+	case queued != "":
+		st, err := r.Status(ctx, spec.Key)
+		st.Queued = queued
+		return st, err
 	}
 	p := plane{
 		spec: spec, namespace: ns, image: r.image, nodePort: svc.Spec.Ports[0].NodePort, endpointHost: host,
