@@ -30,6 +30,7 @@ import (
 	fkev1 "fke.dev/fke/api/v1alpha1"
 	"fke.dev/fke/config/crd"
 	"fke.dev/fke/internal/manager"
+	"fke.dev/fke/internal/versions"
 	"fke.dev/fke/test/testenv"
 )
 
@@ -77,7 +78,8 @@ func TestHelmChart(t *testing.T) {
 	hostedValues := func() map[string]any {
 		v := values(2, "768Mi")
 		v["runtimes"] = []any{"hosted"}
-		v["hosted"] = map[string]any{"registry": pushControlPlane(t, e)}
+		// The version before too: a hosted cluster upgrades from it.
+		v["hosted"] = map[string]any{"registry": pushControlPlane(t, e, versions.Previous, versions.Default)}
 		return v
 	}
 

@@ -30,6 +30,7 @@ import (
 	"fke.dev/fke/internal/image"
 	"fke.dev/fke/internal/manager"
 	"fke.dev/fke/internal/nodeutil"
+	"fke.dev/fke/internal/versions"
 	"fke.dev/fke/test/testenv"
 )
 
@@ -53,11 +54,13 @@ func testHostedClusters(t *testing.T, e *testenv.Env, cs kubernetes.Interface, m
 	// Pod ranges of their own: the manager in its pod cannot see the
 	// management cluster's range, and a host joined to hosted-a routes both.
 	podCIDRs := map[string]string{"hosted-a": "10.200.0.0/16", "hosted-b": "10.204.0.0/16"}
+	// hosted-b starts a minor behind, and is upgraded below.
+	versionOf := map[string]string{"hosted-a": versions.Default, "hosted-b": versions.Previous}
 	start := time.Now()
 	for name, ds := range clusters {
 		cl := &fkev1.Cluster{
 			ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name},
-			Spec: fkev1.ClusterSpec{Runtime: fkev1.RuntimeHosted, Datastore: ds, Network: fkev1.ClusterNetwork{PodCIDR: podCIDRs[name]}, Addons: fkev1.ClusterAddons{
+			Spec: fkev1.ClusterSpec{Runtime: fkev1.RuntimeHosted, Datastore: ds, Version: versionOf[name], Network: fkev1.ClusterNetwork{PodCIDR: podCIDRs[name]}, Addons: fkev1.ClusterAddons{
 				MetricsServer: fkev1.MetricsServerAddon{Enabled: ptr.To(false)},
 				GPUMetrics:    fkev1.GPUMetricsAddon{Enabled: ptr.To(false)},
 			}},
@@ -138,6 +141,9 @@ func testHostedClusters(t *testing.T, e *testenv.Env, cs kubernetes.Interface, m
 				t.Errorf("%s: %d Services in %s, want %d", name, len(svcs.Items), ns, want)
 			}
 		}
+	})
+	t.Run("a hosted cluster upgrades a minor with its API answering", func(t *testing.T) {
+		testHostedUpgrade(t, e, c, mgmtKubeconfig, "hosted-b", cfgs["hosted-b"])
 	})
 	t.Run("a hosted cluster's snapshot restores into a new hosted cluster", func(t *testing.T) {
 		// Through the manager in its pod: the snapshot exports hosted-b's
@@ -327,4 +333,68 @@ func testHostedClusters(t *testing.T, e *testenv.Env, cs kubernetes.Interface, m
 			})
 		}
 	})
+}
+
+// testHostedUpgrade upgrades hosted cluster name from versions.Previous to
+// versions.Default as a user does (fke cluster upgrade), probing its API
+// all along: the snapshot is taken first, each Deployment rolls to the new
+// version's image, a new API server replica serving before an old one
+// stops, and the API reports the new version.
+func testHostedUpgrade(t *testing.T, e *testenv.Env, c client.Client, mgmtKubeconfig, name string, cfg *rest.Config) {
+	old, cur := versions.Previous, versions.Default
+	tcs := kubernetes.NewForConfigOrDie(cfg)
+	if v, err := tcs.Discovery().ServerVersion(); err != nil || v.GitVersion != old {
+		t.Fatalf("%s reports %v (%v), want %s", name, v, err, old)
+	}
+	probe, err := testenv.ProbeAPI(cfg, "/api/v1/namespaces/default", 100*time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	// Not the CLI's own wait: under load the rollouts outlast the test
+	// environment's limit on one command.
+	e.MustRun("--kubeconfig", mgmtKubeconfig, "cluster", "upgrade", name, "--version", cur, "--no-wait")
+	key := client.ObjectKey{Namespace: "default", Name: name}
+	testenv.Eventually(t, 10*time.Minute, name+" upgraded", func() error {
+		cl := &fkev1.Cluster{}
+		if err := c.Get(t.Context(), key, cl); err != nil {
+			return err
+		}
+		cond := meta.FindStatusCondition(cl.Status.Conditions, fkev1.ConditionUpgrading)
+		if up := cl.Status.Upgrade; up == nil || up.CompletionTime == nil || cond == nil || cond.Reason != fkev1.ReasonUpgraded {
+			return fmt.Errorf("upgrade %+v, condition %+v", cl.Status.Upgrade, cond)
+		}
+		return nil
+	})
+	took := time.Since(start)
+	gap, summary := probe.Stop()
+	t.Logf("FIGURE hosted cluster %s upgraded %s -> %s: %s; API probe every 100 ms: %s", name, old, cur, took.Round(100*time.Millisecond), summary)
+	if gap > 5*time.Second {
+		t.Errorf("%s went unanswered for %s during its upgrade (%s)", name, gap, summary)
+	}
+	if v, err := tcs.Discovery().ServerVersion(); err != nil || v.GitVersion != cur {
+		t.Errorf("%s reports %v (%v) after the upgrade, want %s", name, v, err, cur)
+	}
+	cl := &fkev1.Cluster{}
+	if err := c.Get(t.Context(), key, cl); err != nil {
+		t.Fatal(err)
+	}
+	if cl.Status.Upgrade.Snapshot == "" || cl.Status.Upgrade.From != old {
+		t.Errorf("status.upgrade %+v: want the snapshot taken first, from %s", cl.Status.Upgrade, old)
+	}
+	for _, comp := range cl.Status.ControlPlane {
+		if comp.Name != "etcd" && comp.Version != cur {
+			t.Errorf("%s of %s runs %q, want %s", comp.Name, name, comp.Version, cur)
+		}
+	}
+	ns := hosted.Namespace("default/" + name)
+	var deps appsv1.DeploymentList
+	if err := c.List(t.Context(), &deps, client.InNamespace(ns)); err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range deps.Items {
+		if img := d.Spec.Template.Spec.Containers[0].Image; !strings.HasSuffix(img, ":"+cur) {
+			t.Errorf("Deployment %s/%s runs %s, want the %s image", ns, d.Name, img, cur)
+		}
+	}
 }

@@ -248,12 +248,17 @@ func TestHostedRuntime(t *testing.T) {
 	})
 }
 
-// pushControlPlane pushes the hosted runtime's images to fke's registry
-// and returns the registry the management cluster's nodes pull them from.
-func pushControlPlane(t *testing.T, e *testenv.Env) string {
+// pushControlPlane pushes the hosted runtime's images (of the default
+// version, and of versions) to fke's registry and returns the registry the
+// management cluster's nodes pull them from.
+func pushControlPlane(t *testing.T, e *testenv.Env, versions ...string) string {
 	t.Helper()
 	start := time.Now()
-	out := e.MustRun("image", "push-control-plane")
+	args := []string{"image", "push-control-plane"}
+	if len(versions) > 0 {
+		args = append(args, "--version", strings.Join(versions, ","))
+	}
+	out := e.MustRun(args...)
 	m := regexp.MustCompile(`--hosted-registry=(\S+)`).FindStringSubmatch(out)
 	if m == nil {
 		t.Fatalf("push-control-plane printed no registry:\n%s", out)
