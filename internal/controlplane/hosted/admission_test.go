@@ -44,7 +44,7 @@ func TestAdmit(t *testing.T) {
 		{"younger queued planes wait", "a/x", []planeStart{starting("a/s", 0), queued("a/young", time.Second), queued("a/x", 0)}, 2, true, 1, 0},
 		{"the same creation second: by key", "a/b", []planeStart{starting("a/s", 0), queued("a/a", 0), queued("a/b", 0)}, 2, false, 1, 1},
 		{"the same creation second, first by key", "a/a", []planeStart{starting("a/s", 0), queued("a/a", 0), queued("a/b", 0)}, 2, true, 1, 0},
-		{"a start past its deadline holds no place", "a/x", []planeStart{starting("a/stuck", -5 * time.Minute), starting("a/t", 0), queued("a/x", 0)}, 2, true, 1, 0},
+		{"a start past its deadline holds no place", "a/x", []planeStart{starting("a/stuck", -5*time.Minute), starting("a/t", 0), queued("a/x", 0)}, 2, true, 1, 0},
 		{"no bound", "a/x", []planeStart{starting("a/s", 0), starting("a/t", 0), starting("a/u", 0), queued("a/x", 0)}, -1, true, 3, 0},
 		{"its own namespace not listed yet", "a/new", []planeStart{starting("a/s", 0), queued("a/q", 0)}, 2, false, 1, 1},
 	} {
