@@ -152,12 +152,14 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.
 	defer func() {
 		perr := r.patchStatus(ctx, before, cl)
 		switch {
-		case apierrors.IsConflict(perr):
+		case apierrors.IsConflict(perr) && err == nil:
 			// Read from a cache behind the API server: this reconcile's
 			// status would undo a newer one. The next reconcile, on the
 			// newer object, does its work again (every step is idempotent).
 			log.V(1).Info("status written meanwhile; reconciling again", "cluster", req.String())
-			res, err = ctrl.Result{RequeueAfter: conflictRetry}, nil
+			res = ctrl.Result{RequeueAfter: conflictRetry}
+		case apierrors.IsConflict(perr):
+			// err already brings the reconcile back.
 		case perr != nil && err == nil:
 			err = perr
 		}
