@@ -188,7 +188,8 @@ type Runtime interface {
 	Stop(ctx context.Context, key string) error
 	// SetAsideData stops the components of key and moves etcd's data
 	// aside (kept, not deleted), so that the next Ensure with Spec.Restore
-	// starts from a snapshot: a restore in place.
+	// starts from a snapshot: a restore in place. A runtime that is an
+	// InPlaceRestorer is restored in place through it instead.
 	SetAsideData(ctx context.Context, key string) error
 	// Upgrade replaces the running component of spec.Key (kube-apiserver,
 	// kube-controller-manager or kube-scheduler) by spec.Version's and
@@ -252,4 +253,17 @@ func APIServerIPs(serviceCIDR, nodeAddress string) ([]net.IP, error) {
 		ips = append(ips, ip.To4())
 	}
 	return ips, nil
+}
+
+// InPlaceRestorer is a Runtime whose datastore keeps running while a
+// snapshot's keys replace its data (a hosted one, whose etcd is a set of
+// pods or a prefix of a shared cluster, not a directory to set aside).
+type InPlaceRestorer interface {
+	// RestoreInPlace stops the components of spec.Key (Key, PKI and
+	// Datastore are read), waits until none runs, and replaces the data
+	// of its datastore by the keys of snapshot (a file of either
+	// format). The next Ensure, without Spec.Restore, starts the
+	// components again. The data replaced is not kept: the caller takes
+	// a snapshot first.
+	RestoreInPlace(ctx context.Context, spec Spec, snapshot string) error
 }

@@ -216,15 +216,19 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.
 		restore = path
 	}
 	if want := cl.Annotations[fkev1.AnnotationRestoreInPlace]; want != "" && want != cl.Status.RestoreRequest {
-		path, err := r.restoreInPlace(ctx, cl, want)
+		path, kept, err := r.restoreInPlace(ctx, cl, bundle, want)
 		cl.Status.RestoreRequest = want
 		if err != nil {
 			meta.SetStatusCondition(&cl.Status.Conditions, metav1.Condition{Type: fkev1.ConditionRestored, Status: metav1.ConditionFalse,
 				Reason: fkev1.ReasonRestoreFailed, Message: err.Error(), ObservedGeneration: cl.Generation})
 			r.Recorder.Eventf(cl, nil, corev1.EventTypeWarning, fkev1.ReasonRestoreFailed, "Restore", "%v", err)
 		} else {
-			restore = path
 			msg := fmt.Sprintf("restored in place from snapshot %s; the data it replaced is kept beside the cluster's etcd data", filepath.Base(path))
+			if kept != "" {
+				msg = fmt.Sprintf("restored in place from snapshot %s; the data it replaced is kept as snapshot %s", filepath.Base(path), kept)
+			} else {
+				restore = path
+			}
 			meta.SetStatusCondition(&cl.Status.Conditions, metav1.Condition{Type: fkev1.ConditionRestored, Status: metav1.ConditionTrue,
 				Reason: "RestoredInPlace", Message: msg, ObservedGeneration: cl.Generation})
 			r.Recorder.Eventf(cl, nil, corev1.EventTypeNormal, "RestoredInPlace", "Restore", "%s", msg)
@@ -385,17 +389,39 @@ func (r *Reconciler) baseInstalled(key string) bool {
 // restoreInPlace checks the snapshot a restore in place asks for (want is
 // "SNAPSHOT@NONCE", a snapshot of cl itself), then stops cl's control plane
 // and sets its etcd data aside; it returns the snapshot file the next
-// Ensure restores.
-func (r *Reconciler) restoreInPlace(ctx context.Context, cl *fkev1.Cluster, want string) (string, error) {
+// Ensure restores. On a runtime that is an InPlaceRestorer it takes a
+// snapshot of the data first (kept names it) and has the runtime replace
+// the data itself: the next Ensure only starts the components again.
+func (r *Reconciler) restoreInPlace(ctx context.Context, cl *fkev1.Cluster, bundle pki.Bundle, want string) (path, kept string, err error) {
 	name, _, _ := strings.Cut(want, "@")
-	_, path, err := r.restoreSnapshot(ctx, cl, &fkev1.ClusterRestore{Cluster: cl.Name, Snapshot: name})
+	_, path, err = r.restoreSnapshot(ctx, cl, &fkev1.ClusterRestore{Cluster: cl.Name, Snapshot: name})
 	if err != nil {
-		return "", fmt.Errorf("cannot restore %s in place from %s: %w", cl.Name, name, err)
+		return "", "", fmt.Errorf("cannot restore %s in place from %s: %w", cl.Name, name, err)
 	}
-	if err := r.runtime(cl).SetAsideData(ctx, client.ObjectKeyFromObject(cl).String()); err != nil {
-		return "", fmt.Errorf("restoring %s in place: %w", cl.Name, err)
+	rt := r.runtime(cl)
+	ip, ok := rt.(controlplane.InPlaceRestorer)
+	if !ok {
+		if err := rt.SetAsideData(ctx, client.ObjectKeyFromObject(cl).String()); err != nil {
+			return "", "", fmt.Errorf("restoring %s in place: %w", cl.Name, err)
+		}
+		return path, "", nil
 	}
-	return path, nil
+	// The runtime replaces the data rather than setting it aside: a
+	// snapshot keeps it first.
+	dir := backup.Dir(filepath.Join(r.BackupDir, cl.Namespace, cl.Name))
+	snap, err := TakeSnapshot(ctx, rt, cl, bundle, dir, time.Now())
+	if err != nil {
+		return "", "", fmt.Errorf("restoring %s in place: keeping its data first: %w", cl.Name, err)
+	}
+	r.Recorder.Eventf(cl, nil, corev1.EventTypeNormal, "SnapshotTaken", "Restore", "snapshot %s keeps the data the restore replaces (%d bytes, revision %d)", snap.Name, snap.Size, snap.Revision)
+	if list, lerr := backup.List(dir); lerr == nil {
+		cl.Status.Backups = BackupRecords(cl.Status.Backups, list, nil, false)
+	}
+	spec := controlplane.Spec{Key: client.ObjectKeyFromObject(cl).String(), PKI: bundle, Datastore: string(cl.Spec.Datastore)}
+	if err := ip.RestoreInPlace(ctx, spec, path); err != nil {
+		return "", "", fmt.Errorf("restoring %s in place: %w", cl.Name, err)
+	}
+	return path, snap.Name, nil
 }
 
 // finalize removes the cluster's node pools, stops the control plane, removes

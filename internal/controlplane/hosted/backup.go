@@ -4,12 +4,15 @@ import (
 	"context"
 	"fmt"
 	"path/filepath"
+	"strings"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"fke.dev/fke/internal/backup"
@@ -132,4 +135,56 @@ func (r *Runtime) annotate(ctx context.Context, nsObj *corev1.Namespace, key, va
 		return fmt.Errorf("annotating namespace %s: %w", nsObj.Name, err)
 	}
 	return nil
+}
+
+var _ controlplane.InPlaceRestorer = (*Runtime)(nil)
+
+// componentsGone is how long RestoreInPlace waits for the components'
+// pods to end (the API server's grace period is 30 s).
+const componentsGone = 2 * time.Minute
+
+// RestoreInPlace scales the tenant's API server, controller manager and
+// scheduler to zero, waits until none of their pods is left (nothing
+// writes while the keys are replaced), and imports snapshot's keys into
+// its datastore, which keeps running. The next Ensure scales the
+// components back.
+func (r *Runtime) RestoreInPlace(ctx context.Context, spec controlplane.Spec, snapshot string) error {
+	ns := Namespace(spec.Key)
+	nsObj := &corev1.Namespace{}
+	if err := r.c.Get(ctx, client.ObjectKey{Name: ns}, nsObj); err != nil {
+		return fmt.Errorf("getting namespace %s: %w", ns, err)
+	}
+	if err := r.Stop(ctx, spec.Key); err != nil {
+		return err
+	}
+	wctx, cancel := context.WithTimeout(ctx, componentsGone)
+	defer cancel()
+	var left int
+	err := wait.PollUntilContextCancel(wctx, 500*time.Millisecond, true, func(ctx context.Context) (bool, error) {
+		var pods corev1.PodList
+		sel, err := labels.Parse(LabelComponent + " in (" + strings.Join(controlplane.Components[1:], ",") + ")")
+		if err != nil {
+			return false, err
+		}
+		if err := r.c.List(ctx, &pods, client.InNamespace(ns), client.MatchingLabelsSelector{Selector: sel}); err != nil {
+			return false, nil
+		}
+		left = len(pods.Items)
+		return left == 0, nil
+	})
+	if err != nil {
+		return fmt.Errorf("restoring %s in place: %d pods of its components still run after %s: %w", spec.Key, left, componentsGone, err)
+	}
+	cli, prefix, err := r.tenantDatastore(ctx, ns, nsObj.Annotations[AnnotationDatastore])
+	if err != nil {
+		return err
+	}
+	defer cli.Close()
+	start := time.Now()
+	n, err := backup.ImportKeys(ctx, cli, snapshot, prefix)
+	if err != nil {
+		return fmt.Errorf("restoring %s in place from %s: %w", spec.Key, filepath.Base(snapshot), err)
+	}
+	r.log.Info("tenant data restored in place", "cluster", spec.Key, "snapshot", filepath.Base(snapshot), "keys", n, "took", time.Since(start).Round(time.Millisecond))
+	return r.annotate(ctx, nsObj, AnnotationRestored, filepath.Base(snapshot))
 }

@@ -641,11 +641,10 @@ func (r *Runtime) setVersion(ctx context.Context, d *appsv1.Deployment, version 
 	return nil
 }
 
-// SetAsideData is not available: a hosted tenant is restored into a new
-// cluster (fke cluster restore NEW --from NAME/SNAPSHOT), whose data is
-// imported before its API server starts.
+// SetAsideData is not available: a hosted tenant's data is replaced in
+// place by RestoreInPlace (its datastore has no directory to set aside).
 func (r *Runtime) SetAsideData(context.Context, string) error {
-	return errors.New("restoring in place is not available on the hosted runtime: restore the snapshot into a new cluster (fke cluster restore NEW --from NAME/SNAPSHOT)")
+	return errors.New("the hosted runtime restores in place with RestoreInPlace; its data is not set aside")
 }
 
 // Adopt is not available: the hosted runtime keeps no warm pool.
