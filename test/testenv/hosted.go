@@ -62,10 +62,15 @@ func RestoreHostedPlane(ctx context.Context, rt *hosted.Runtime, key, datastore 
 		if st, err = rt.Ensure(ctx, spec); err == nil && st.Ready() {
 			break
 		}
+		// As the cluster controller: a queued plane asks less often.
+		every := 500 * time.Millisecond
+		if st.Queued != "" {
+			every = 2 * time.Second
+		}
 		select {
 		case <-ctx.Done():
 			return nil, fmt.Errorf("%s not ready: %+v, last error %v", key, st, err)
-		case <-time.After(500 * time.Millisecond):
+		case <-time.After(every):
 		}
 	}
 	kc, err := pki.Kubeconfig(key, st.Endpoint, b[pki.CACertFile], b[pki.AdminCertFile], b[pki.AdminKeyFile], pki.AdminUser)
