@@ -157,15 +157,15 @@ func (r *Runtime) RestoreInPlace(ctx context.Context, spec controlplane.Spec, sn
 	if err := r.Stop(ctx, spec.Key); err != nil {
 		return err
 	}
+	sel, err := labels.Parse(LabelComponent + " in (" + strings.Join(controlplane.Components[1:], ",") + ")")
+	if err != nil {
+		return err
+	}
 	wctx, cancel := context.WithTimeout(ctx, componentsGone)
 	defer cancel()
 	var left int
-	err := wait.PollUntilContextCancel(wctx, 500*time.Millisecond, true, func(ctx context.Context) (bool, error) {
+	err = wait.PollUntilContextCancel(wctx, 500*time.Millisecond, true, func(ctx context.Context) (bool, error) {
 		var pods corev1.PodList
-		sel, err := labels.Parse(LabelComponent + " in (" + strings.Join(controlplane.Components[1:], ",") + ")")
-		if err != nil {
-			return false, err
-		}
 		if err := r.c.List(ctx, &pods, client.InNamespace(ns), client.MatchingLabelsSelector{Selector: sel}); err != nil {
 			return false, nil
 		}
