@@ -363,6 +363,29 @@ func TakeSnapshot(ctx context.Context, rt controlplane.Runtime, cl *fkev1.Cluste
 	return rt.Snapshot(ctx, spec, dir, now, string(cl.UID))
 }
 
+// backupDir is where the snapshots of cluster namespace/name are kept.
+func (r *Reconciler) backupDir(namespace, name string) backup.Dir {
+	return backup.Dir(filepath.Join(r.BackupDir, namespace, name))
+}
+
+// keepSnapshot takes a snapshot of cl's data into its backup directory
+// before a step that changes the data (an upgrade, a restore in place),
+// keeps the keys that restore it, and lists it in status.backups.
+func (r *Reconciler) keepSnapshot(ctx context.Context, cl *fkev1.Cluster, bundle pki.Bundle, now time.Time) (backup.Snapshot, error) {
+	dir := r.backupDir(cl.Namespace, cl.Name)
+	snap, err := TakeSnapshot(ctx, r.runtime(cl), cl, bundle, dir, now)
+	if err == nil {
+		err = EnsureRestoreKeys(ctx, r.Client, cl, bundle)
+	}
+	if err != nil {
+		return backup.Snapshot{}, err
+	}
+	if kept, lerr := backup.List(dir); lerr == nil {
+		cl.Status.Backups = BackupRecords(cl.Status.Backups, kept, nil, false)
+	}
+	return snap, nil
+}
+
 // local returns the local runtime, which keeps the warm pool (nil when
 // this manager does not run it).
 func (r *Reconciler) local() controlplane.Runtime { return r.Runtimes[fkev1.RuntimeLocal] }
@@ -408,15 +431,11 @@ func (r *Reconciler) restoreInPlace(ctx context.Context, cl *fkev1.Cluster, bund
 	}
 	// The runtime replaces the data rather than setting it aside: a
 	// snapshot keeps it first.
-	dir := backup.Dir(filepath.Join(r.BackupDir, cl.Namespace, cl.Name))
-	snap, err := TakeSnapshot(ctx, rt, cl, bundle, dir, time.Now())
+	snap, err := r.keepSnapshot(ctx, cl, bundle, time.Now())
 	if err != nil {
 		return "", "", fmt.Errorf("restoring %s in place: keeping its data first: %w", cl.Name, err)
 	}
 	r.Recorder.Eventf(cl, nil, corev1.EventTypeNormal, "SnapshotTaken", "Restore", "snapshot %s keeps the data the restore replaces (%d bytes, revision %d)", snap.Name, snap.Size, snap.Revision)
-	if list, lerr := backup.List(dir); lerr == nil {
-		cl.Status.Backups = BackupRecords(cl.Status.Backups, list, nil, false)
-	}
 	spec := controlplane.Spec{Key: client.ObjectKeyFromObject(cl).String(), PKI: bundle, Datastore: string(cl.Spec.Datastore)}
 	if err := ip.RestoreInPlace(ctx, spec, path); err != nil {
 		return "", "", fmt.Errorf("restoring %s in place: %w", cl.Name, err)

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
-	"path/filepath"
 	"slices"
 	"sort"
 	"strings"
@@ -123,7 +122,7 @@ func (r *Reconciler) restoreSource(ctx context.Context, namespace, name, snapsho
 // directory).
 func (r *Reconciler) restoreSnapshot(ctx context.Context, cl *fkev1.Cluster, from *fkev1.ClusterRestore) (backup.Snapshot, string, error) {
 	namespace := cl.Namespace
-	dir := backup.Dir(filepath.Join(r.BackupDir, namespace, from.Cluster))
+	dir := r.backupDir(namespace, from.Cluster)
 	store, want, err := r.restoreSource(ctx, namespace, from.Cluster, from.Snapshot)
 	if err != nil {
 		return backup.Snapshot{}, "", err

@@ -3,7 +3,6 @@ package cluster
 import (
 	"context"
 	"fmt"
-	"path/filepath"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -149,8 +148,7 @@ func (r *Reconciler) reconcileUpgrade(ctx context.Context, cl *fkev1.Cluster, sp
 	var err error
 	switch step {
 	case StepSnapshot:
-		dir := backup.Dir(filepath.Join(r.BackupDir, cl.Namespace, cl.Name))
-		kept, _ := backup.List(dir) // none readable: take one
+		kept, _ := backup.List(r.backupDir(cl.Namespace, cl.Name)) // none readable: take one
 		if snap, ok := UpgradeSnapshot(kept, up.StartTime.Time, string(cl.UID)); ok {
 			// Taken already for this upgrade, but not recorded (the status
 			// write was lost, or the manager stopped in between): no second one.
@@ -159,16 +157,9 @@ func (r *Reconciler) reconcileUpgrade(ctx context.Context, cl *fkev1.Cluster, sp
 			break
 		}
 		var snap backup.Snapshot
-		snap, err = TakeSnapshot(ctx, r.runtime(cl), cl, bundle, dir, now.Time)
-		if err == nil {
-			err = EnsureRestoreKeys(ctx, r.Client, cl, bundle)
-		}
-		if err == nil {
+		if snap, err = r.keepSnapshot(ctx, cl, bundle, now.Time); err == nil {
 			up.Snapshot = snap.Name
 			r.Recorder.Eventf(cl, nil, corev1.EventTypeNormal, "SnapshotTaken", "Upgrade", "snapshot %s of etcd taken before the upgrade (%d bytes, revision %d)", snap.Name, snap.Size, snap.Revision)
-			if kept, lerr := backup.List(dir); lerr == nil {
-				cl.Status.Backups = BackupRecords(cl.Status.Backups, kept, nil, false)
-			}
 		}
 	case StepAddons:
 		// The addons every cluster gets are applied again by this
