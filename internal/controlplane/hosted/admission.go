@@ -22,7 +22,10 @@ const AnnotationStarted = "fke.dev/started-at"
 // Options.MaxStarting says otherwise. A plane's start is CPU-bound (its
 // API servers decode and cache every resource, its etcd members elect):
 // on a two-core management cluster ten at once did not converge (startup
-// probes killed API servers that were still starting), two at a time do.
+// probes killed API servers that were still starting). Two at a time
+// start in 40–53 s there (TestHostedRuntime); ten queued two at a time
+// did not converge either (bench/README: the deadline below let the
+// queue in while the first two were still starting).
 const DefaultMaxStarting = 2
 
 // startDeadline is how long a started plane holds its place: one that
