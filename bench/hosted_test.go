@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"os"
 	"regexp"
 	"slices"
@@ -13,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
@@ -37,7 +39,8 @@ import (
 // time until all answer /readyz and each tenant's memory (the working set
 // of its pods, as the kubelets' summary API reports it, which is what
 // `kubectl top` shows), per datastore, the shared etcd split among its
-// tenants.
+// tenants, and the idle CPU of each (FKE_BENCH_HOSTED_MAX_STARTING sets the
+// start bound).
 //
 //	go test ./bench -run '^$' -bench Hosted -benchtime 1x -timeout 60m
 func BenchmarkHosted(b *testing.B) {
@@ -72,7 +75,11 @@ func BenchmarkHosted(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	rt, err := hosted.New(hosted.Options{Client: mgmt, Registry: m[1]})
+	maxStarting := hosted.DefaultMaxStarting
+	if v, err := strconv.Atoi(os.Getenv("FKE_BENCH_HOSTED_MAX_STARTING")); err == nil && v != 0 {
+		maxStarting = v
+	}
+	rt, err := hosted.New(hosted.Options{Client: mgmt, Registry: m[1], MaxStarting: maxStarting})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -119,7 +126,10 @@ func BenchmarkHosted(b *testing.B) {
 			mu.Unlock()
 		})
 	}
+	stop := make(chan struct{})
+	go logHostedProgress(ctx, b, mgmt, start, stop)
 	wg.Wait()
+	close(stop)
 	if b.Failed() {
 		b.FailNow()
 	}
@@ -129,34 +139,91 @@ func BenchmarkHosted(b *testing.B) {
 		ready = append(ready, p.Ready)
 	}
 	b.Logf("%d hosted control planes created at once (at most %d start at a time, the others queued): all answer /readyz after %s",
-		n, hosted.DefaultMaxStarting, all.Round(100*time.Millisecond))
+		n, maxStarting, all.Round(100*time.Millisecond))
 	b.ReportMetric(all.Seconds(), "s-all-ready")
 	b.ReportMetric(median(ready).Seconds(), "s-median-create-to-readyz")
 	b.ReportMetric(slices.Max(ready).Seconds(), "s-max-create-to-readyz")
 
-	time.Sleep(60 * time.Second) // a settling period for idle memory, not a wait for state
-	byNS := podMemoryMB(b, cs)
-	var ded, sh []float64
+	time.Sleep(30 * time.Second) // a settling period for idle usage, not a wait for state
+	use := idleUsage(b, cs, 4, 15*time.Second)
+	var ded, sh, dedCPU, shCPU []float64
 	for _, p := range planes {
-		mb := byNS[hosted.Namespace(p.Key)]
+		u := use[hosted.Namespace(p.Key)]
 		if p.Datastore == hosted.Shared {
-			sh = append(sh, mb)
+			sh, shCPU = append(sh, u.MemMB), append(shCPU, u.CPUMilli)
 		} else {
-			ded = append(ded, mb)
+			ded, dedCPU = append(ded, u.MemMB), append(dedCPU, u.CPUMilli)
 		}
 	}
-	sharedEtcd := byNS[manager.DefaultSystemNamespace] / float64(len(sh))
+	sys := use[manager.DefaultSystemNamespace]
+	sharedEtcd := sys.MemMB / float64(len(sh))
 	meanDed, meanSh := mean(ded), mean(sh)+sharedEtcd
 	b.ReportMetric(meanDed, "MB-per-tenant-dedicated")
 	b.ReportMetric(meanSh, "MB-per-tenant-shared")
 	b.ReportMetric(meanSh/meanDed, "shared/dedicated")
-	b.Logf("per tenant (pods' working set): dedicated %.0f MB; shared %.0f MB (its pods %.0f + shared etcd %.0f / %d tenants); shared/dedicated %.2f",
-		meanDed, meanSh, mean(sh), byNS[manager.DefaultSystemNamespace], len(sh), meanSh/meanDed)
+	b.Logf("memory per tenant (pods' working set): dedicated %.0f MB; shared %.0f MB (its pods %.0f + shared etcd %.0f / %d tenants); shared/dedicated %.2f",
+		meanDed, meanSh, mean(sh), sys.MemMB, len(sh), meanSh/meanDed)
+	cpuDed, cpuSh := mean(dedCPU), mean(shCPU)+sys.CPUMilli/float64(len(sh))
+	b.ReportMetric(cpuDed, "mCPU-idle-per-tenant-dedicated")
+	b.ReportMetric(cpuSh, "mCPU-idle-per-tenant-shared")
+	b.Logf("idle CPU per tenant (millicores, mean of the samples): dedicated %.0f; shared %.0f (its pods %.0f + shared etcd %.0f / %d tenants); every pod of the management cluster %.0f",
+		cpuDed, cpuSh, mean(shCPU), sys.CPUMilli, len(sh), use[""].CPUMilli)
+	for _, p := range planes[:1] {
+		for _, c := range slices.Sorted(maps.Keys(use[hosted.Namespace(p.Key)].Containers)) {
+			u := use[hosted.Namespace(p.Key)].Containers[c]
+			b.Logf("  %s (%s) %-24s %5.0f MB %4.0f mCPU", p.Key, p.Datastore, c, u.MemMB, u.CPUMilli)
+		}
+	}
 	benchHostedBackup(ctx, b, rt, planes)
 	for _, p := range planes {
 		if err := rt.Delete(ctx, p.Key); err != nil {
 			b.Error(err)
 		}
+	}
+}
+
+// logHostedProgress logs, every minute until stop, how many tenants' API
+// servers serve (a replica available), how many replicas are available in
+// all and how often they have restarted, and the management cluster's CPU
+// pressure: how a start of many planes at once goes.
+func logHostedProgress(ctx context.Context, b *testing.B, mgmt client.Client, start time.Time, stop <-chan struct{}) {
+	t := time.NewTicker(time.Minute)
+	defer t.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		var ds appsv1.DeploymentList
+		var pods corev1.PodList
+		sel := client.MatchingLabels{hosted.LabelComponent: controlplane.APIServer}
+		if err := mgmt.List(ctx, &ds, sel); err != nil {
+			b.Logf("progress: %v", err)
+			continue
+		}
+		if err := mgmt.List(ctx, &pods, sel); err != nil {
+			b.Logf("progress: %v", err)
+			continue
+		}
+		serving, available, restarts := 0, int32(0), int32(0)
+		for _, d := range ds.Items {
+			if d.Status.AvailableReplicas > 0 {
+				serving++
+			}
+			available += d.Status.AvailableReplicas
+		}
+		for _, p := range pods.Items {
+			for _, c := range p.Status.ContainerStatuses {
+				restarts += c.RestartCount
+			}
+		}
+		pressure, _ := os.ReadFile("/proc/pressure/cpu")
+		first, _, _ := strings.Cut(string(pressure), "\n")
+		b.Logf("progress at %s: %d of %d planes serving, %d API server replicas available, %d restarts; CPU pressure: %s",
+			time.Since(start).Round(time.Second), serving, len(ds.Items), available, restarts, first)
 	}
 }
 
@@ -306,38 +373,112 @@ func mean(xs []float64) float64 {
 	return s / float64(max(len(xs), 1))
 }
 
-// podMemoryMB sums the working set of every pod by namespace, from each
-// Ready node's summary API (through the API server's node proxy).
-func podMemoryMB(b *testing.B, cs kubernetes.Interface) map[string]float64 {
-	nodes, err := cs.CoreV1().Nodes().List(b.Context(), metav1.ListOptions{})
-	if err != nil {
-		b.Fatal(err)
+// usage is what the kubelets' summary API reports for a set of
+// containers: working set and CPU.
+type usage struct {
+	MemMB, CPUMilli float64
+	Containers      map[string]usage // by container name, within a namespace
+}
+
+// idleUsage samples every Ready node's summary API (through the API
+// server's node proxy) n times, every, apart: the working set of the last
+// sample and the mean CPU of all, per namespace of fke's ("fke-..."), per
+// container name within each, and for every pod under "".
+func idleUsage(b *testing.B, cs kubernetes.Interface, n int, every time.Duration) map[string]usage {
+	type acc struct {
+		mem, cpu   float64
+		containers map[string]*acc
 	}
-	out := map[string]float64{}
-	for _, n := range nodes.Items {
-		if !nodeutil.NodeReady(&n) {
-			continue
+	total := map[string]*acc{}
+	get := func(m map[string]*acc, k string) *acc {
+		if m[k] == nil {
+			m[k] = &acc{containers: map[string]*acc{}}
 		}
-		raw, err := cs.CoreV1().RESTClient().Get().AbsPath("/api/v1/nodes", n.Name, "proxy/stats/summary").DoRaw(b.Context())
+		return m[k]
+	}
+	for i := range n {
+		if i > 0 {
+			time.Sleep(every) // the interval between samples, not a wait for state
+		}
+		for k := range total {
+			total[k].mem = 0
+			for _, c := range total[k].containers {
+				c.mem = 0
+			}
+		}
+		nodes, err := cs.CoreV1().Nodes().List(b.Context(), metav1.ListOptions{})
 		if err != nil {
-			b.Fatalf("summary of %s: %v", n.Name, err)
+			b.Fatal(err)
 		}
-		var sum struct {
-			Pods []struct {
-				PodRef struct{ Namespace string } `json:"podRef"`
-				Memory *struct {
-					WorkingSetBytes *uint64 `json:"workingSetBytes"`
-				} `json:"memory"`
-			} `json:"pods"`
-		}
-		if err := json.Unmarshal(raw, &sum); err != nil {
-			b.Fatalf("summary of %s: %v", n.Name, err)
-		}
-		for _, p := range sum.Pods {
-			if p.Memory != nil && p.Memory.WorkingSetBytes != nil && strings.HasPrefix(p.PodRef.Namespace, "fke-") {
-				out[p.PodRef.Namespace] += float64(*p.Memory.WorkingSetBytes) / 1e6
+		for _, node := range nodes.Items {
+			if !nodeutil.NodeReady(&node) {
+				continue
+			}
+			raw, err := cs.CoreV1().RESTClient().Get().AbsPath("/api/v1/nodes", node.Name, "proxy/stats/summary").DoRaw(b.Context())
+			if err != nil {
+				b.Fatalf("summary of %s: %v", node.Name, err)
+			}
+			var sum struct {
+				Pods []struct {
+					PodRef     struct{ Namespace string } `json:"podRef"`
+					Containers []struct {
+						Name   string      `json:"name"`
+						CPU    *summaryCPU `json:"cpu"`
+						Memory *summaryMem `json:"memory"`
+					} `json:"containers"`
+				} `json:"pods"`
+			}
+			if err := json.Unmarshal(raw, &sum); err != nil {
+				b.Fatalf("summary of %s: %v", node.Name, err)
+			}
+			for _, p := range sum.Pods {
+				for _, c := range p.Containers {
+					mem, cpu := c.Memory.mb(), c.CPU.milli()/float64(n)
+					all := get(total, "")
+					all.mem += mem
+					all.cpu += cpu
+					if !strings.HasPrefix(p.PodRef.Namespace, "fke-") {
+						continue
+					}
+					ns := get(total, p.PodRef.Namespace)
+					ns.mem += mem
+					ns.cpu += cpu
+					ct := get(ns.containers, c.Name)
+					ct.mem += mem
+					ct.cpu += cpu
+				}
 			}
 		}
 	}
+	out := map[string]usage{}
+	for k, a := range total {
+		u := usage{MemMB: a.mem, CPUMilli: a.cpu, Containers: map[string]usage{}}
+		for c, ca := range a.containers {
+			u.Containers[c] = usage{MemMB: ca.mem, CPUMilli: ca.cpu}
+		}
+		out[k] = u
+	}
 	return out
+}
+
+type summaryCPU struct {
+	UsageNanoCores *uint64 `json:"usageNanoCores"`
+}
+
+func (c *summaryCPU) milli() float64 {
+	if c == nil || c.UsageNanoCores == nil {
+		return 0
+	}
+	return float64(*c.UsageNanoCores) / 1e6
+}
+
+type summaryMem struct {
+	WorkingSetBytes *uint64 `json:"workingSetBytes"`
+}
+
+func (m *summaryMem) mb() float64 {
+	if m == nil || m.WorkingSetBytes == nil {
+		return 0
+	}
+	return float64(*m.WorkingSetBytes) / 1e6
 }

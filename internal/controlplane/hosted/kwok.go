@@ -83,7 +83,7 @@ func kwokDeployment(ns, img string, args []string, hash string, keys []string) *
 						},
 						StartupProbe:   health(startup),
 						LivenessProbe:  health(liveness),
-						ReadinessProbe: health(readiness),
+						ReadinessProbe: health(readinessReport),
 					}},
 				},
 			},

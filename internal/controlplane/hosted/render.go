@@ -221,13 +221,19 @@ func containerSecurity() *corev1.SecurityContext {
 // node's load answers slowly, not never, so each probe waits up to 15 s;
 // startup is polled often (a plane is ready as soon as it serves) and
 // allowed 4 minutes; a live component is restarted after 80 s without an
-// answer.
+// answer. Readiness is polled every 2 s where it steers traffic (the API
+// server's Service), every 10 s where it only reports (etcd members, whose
+// Service publishes addresses that are not ready, kube-controller-manager,
+// kube-scheduler, kwok): an idle tenant's probes are a share of its CPU
+// (bench/README).
 type probeKind int
 
 const (
 	startup probeKind = iota
 	liveness
 	readiness
+	// readinessReport is readiness that no Service's endpoints follow.
+	readinessReport
 )
 
 func probe(h corev1.ProbeHandler, kind probeKind) *corev1.Probe {
@@ -239,6 +245,8 @@ func probe(h corev1.ProbeHandler, kind probeKind) *corev1.Probe {
 		p.PeriodSeconds, p.FailureThreshold = 10, 8
 	case readiness:
 		p.PeriodSeconds, p.FailureThreshold = 2, 3
+	case readinessReport:
+		p.PeriodSeconds, p.FailureThreshold = 10, 3
 	}
 	return p
 }
@@ -287,7 +295,7 @@ func (p plane) deployment(component string, replicas int32, args []string, port 
 	if component != controlplane.APIServer {
 		// kube-controller-manager and kube-scheduler serve /healthz only.
 		c := &pod.Containers[0]
-		c.StartupProbe, c.LivenessProbe, c.ReadinessProbe = httpsProbe("/healthz", port, startup), httpsProbe("/healthz", port, liveness), httpsProbe("/healthz", port, readiness)
+		c.StartupProbe, c.LivenessProbe, c.ReadinessProbe = httpsProbe("/healthz", port, startup), httpsProbe("/healthz", port, liveness), httpsProbe("/healthz", port, readinessReport)
 	}
 	d := &appsv1.Deployment{
 		TypeMeta:   metav1.TypeMeta{APIVersion: "apps/v1", Kind: "Deployment"},
@@ -486,7 +494,7 @@ func etcdCluster(name, namespace, secret, image string, replicas int32, extra []
 						},
 						StartupProbe:   httpProbe("/livez", startup),
 						LivenessProbe:  httpProbe("/livez", liveness),
-						ReadinessProbe: httpProbe("/readyz", readiness),
+						ReadinessProbe: httpProbe("/readyz", readinessReport),
 					}},
 				},
 			},

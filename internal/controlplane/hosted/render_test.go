@@ -126,11 +126,14 @@ func TestComponents(t *testing.T) {
 		replicas int32
 		image    string
 		port     int32
+		// readyEvery is the readiness period: short where the Service's
+		// endpoints follow it.
+		readyEvery int32
 	}{
-		{controlplane.APIServer, 2, "reg/kube-apiserver:v1.37.2", 31443},
-		{controlplane.ControllerManager, 1, "reg/kube-controller-manager:v1.37.2", controllerManagerPort},
+		{controlplane.APIServer, 2, "reg/kube-apiserver:v1.37.2", 31443, 2},
+		{controlplane.ControllerManager, 1, "reg/kube-controller-manager:v1.37.2", controllerManagerPort, 10},
 		// A component not yet upgraded starts at the version it ran.
-		{controlplane.Scheduler, 1, "reg/kube-scheduler:v1.36.3", schedulerPort},
+		{controlplane.Scheduler, 1, "reg/kube-scheduler:v1.36.3", schedulerPort, 10},
 	} {
 		i := slices.IndexFunc(ds, func(d *appsv1.Deployment) bool { return d.Name == tc.name })
 		if i < 0 {
@@ -142,6 +145,9 @@ func TestComponents(t *testing.T) {
 		if *d.Spec.Replicas != tc.replicas || c.Image != tc.image || c.ReadinessProbe.HTTPGet.Port.IntValue() != int(tc.port) {
 			t.Errorf("%s: replicas %d, image %s, probe port %d; want %d, %s, %d", tc.name, *d.Spec.Replicas, c.Image,
 				c.ReadinessProbe.HTTPGet.Port.IntValue(), tc.replicas, tc.image, tc.port)
+		}
+		if c.ReadinessProbe.PeriodSeconds != tc.readyEvery {
+			t.Errorf("%s: readiness probed every %d s, want %d", tc.name, c.ReadinessProbe.PeriodSeconds, tc.readyEvery)
 		}
 		if d.Namespace != p.namespace || d.Spec.Template.Annotations[AnnotationSecretHash] != "h1" {
 			t.Errorf("%s: namespace %s, secret hash %q", tc.name, d.Namespace, d.Spec.Template.Annotations[AnnotationSecretHash])
@@ -176,6 +182,9 @@ func TestEtcdCluster(t *testing.T) {
 		}
 		if !svc.Spec.PublishNotReadyAddresses || svc.Spec.ClusterIP != "None" {
 			t.Errorf("%d members: members cannot find each other before they are ready", replicas)
+		}
+		if p := sts.Spec.Template.Spec.Containers[0].ReadinessProbe.PeriodSeconds; p != 10 {
+			t.Errorf("%d members: readiness, which no traffic follows, probed every %d s, want 10", replicas, p)
 		}
 	}
 }
