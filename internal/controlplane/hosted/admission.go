@@ -23,9 +23,10 @@ const AnnotationStarted = "fke.dev/started-at"
 // API servers decode and cache every resource, its etcd members elect):
 // on a two-core management cluster ten at once did not converge (startup
 // probes killed API servers that were still starting). Two at a time
-// start in 40–53 s there (TestHostedRuntime); ten queued two at a time
-// did not converge either (bench/README: the deadline below let the
-// queue in while the first two were still starting).
+// start in 40–53 s there (TestHostedRuntime). The bound paces starts; it
+// does not make room: ten queued one or two at a time did not converge
+// on two cores either, because ten idle tenants need about 1.8 cores
+// (bench/README).
 const DefaultMaxStarting = 2
 
 // startDeadline is how long a started plane holds its place: one that
