@@ -168,11 +168,10 @@ func BenchmarkHosted(b *testing.B) {
 	b.ReportMetric(cpuSh, "mCPU-idle-per-tenant-shared")
 	b.Logf("idle CPU per tenant (millicores, mean of the samples): dedicated %.0f; shared %.0f (its pods %.0f + shared etcd %.0f / %d tenants); every pod of the management cluster %.0f",
 		cpuDed, cpuSh, mean(shCPU), sys.CPUMilli, len(sh), use[""].CPUMilli)
-	for _, p := range planes[:1] {
-		for _, c := range slices.Sorted(maps.Keys(use[hosted.Namespace(p.Key)].Containers)) {
-			u := use[hosted.Namespace(p.Key)].Containers[c]
-			b.Logf("  %s (%s) %-24s %5.0f MB %4.0f mCPU", p.Key, p.Datastore, c, u.MemMB, u.CPUMilli)
-		}
+	one := planes[0]
+	byContainer := use[hosted.Namespace(one.Key)].Containers
+	for _, c := range slices.Sorted(maps.Keys(byContainer)) {
+		b.Logf("  %s (%s) %-24s %5.0f MB %4.0f mCPU", one.Key, one.Datastore, c, byContainer[c].MemMB, byContainer[c].CPUMilli)
 	}
 	benchHostedBackup(ctx, b, rt, planes)
 	for _, p := range planes {
@@ -377,34 +376,30 @@ func mean(xs []float64) float64 {
 // containers: working set and CPU.
 type usage struct {
 	MemMB, CPUMilli float64
-	Containers      map[string]usage // by container name, within a namespace
+	Containers      map[string]*usage // by container name, within a namespace
+}
+
+func (u *usage) add(memMB, cpuMilli float64) {
+	u.MemMB += memMB
+	u.CPUMilli += cpuMilli
 }
 
 // idleUsage samples every Ready node's summary API (through the API
 // server's node proxy) n times, every, apart: the working set of the last
 // sample and the mean CPU of all, per namespace of fke's ("fke-..."), per
-// container name within each, and for every pod under "".
+// container name within each, and for every pod under "". A namespace
+// that ran nothing reads as zero.
 func idleUsage(b *testing.B, cs kubernetes.Interface, n int, every time.Duration) map[string]usage {
-	type acc struct {
-		mem, cpu   float64
-		containers map[string]*acc
-	}
-	total := map[string]*acc{}
-	get := func(m map[string]*acc, k string) *acc {
+	total := map[string]*usage{}
+	get := func(m map[string]*usage, k string) *usage {
 		if m[k] == nil {
-			m[k] = &acc{containers: map[string]*acc{}}
+			m[k] = &usage{Containers: map[string]*usage{}}
 		}
 		return m[k]
 	}
 	for i := range n {
 		if i > 0 {
 			time.Sleep(every) // the interval between samples, not a wait for state
-		}
-		for k := range total {
-			total[k].mem = 0
-			for _, c := range total[k].containers {
-				c.mem = 0
-			}
 		}
 		nodes, err := cs.CoreV1().Nodes().List(b.Context(), metav1.ListOptions{})
 		if err != nil {
@@ -418,13 +413,19 @@ func idleUsage(b *testing.B, cs kubernetes.Interface, n int, every time.Duration
 			if err != nil {
 				b.Fatalf("summary of %s: %v", node.Name, err)
 			}
+			// A field the kubelet leaves out (a container just started)
+			// reads as zero.
 			var sum struct {
 				Pods []struct {
 					PodRef     struct{ Namespace string } `json:"podRef"`
 					Containers []struct {
-						Name   string      `json:"name"`
-						CPU    *summaryCPU `json:"cpu"`
-						Memory *summaryMem `json:"memory"`
+						Name string `json:"name"`
+						CPU  struct {
+							UsageNanoCores uint64 `json:"usageNanoCores"`
+						} `json:"cpu"`
+						Memory struct {
+							WorkingSetBytes uint64 `json:"workingSetBytes"`
+						} `json:"memory"`
 					} `json:"containers"`
 				} `json:"pods"`
 			}
@@ -433,52 +434,25 @@ func idleUsage(b *testing.B, cs kubernetes.Interface, n int, every time.Duration
 			}
 			for _, p := range sum.Pods {
 				for _, c := range p.Containers {
-					mem, cpu := c.Memory.mb(), c.CPU.milli()/float64(n)
-					all := get(total, "")
-					all.mem += mem
-					all.cpu += cpu
+					mem := 0.0 // the last sample's
+					if i == n-1 {
+						mem = float64(c.Memory.WorkingSetBytes) / 1e6
+					}
+					cpu := float64(c.CPU.UsageNanoCores) / 1e6 / float64(n)
+					get(total, "").add(mem, cpu)
 					if !strings.HasPrefix(p.PodRef.Namespace, "fke-") {
 						continue
 					}
 					ns := get(total, p.PodRef.Namespace)
-					ns.mem += mem
-					ns.cpu += cpu
-					ct := get(ns.containers, c.Name)
-					ct.mem += mem
-					ct.cpu += cpu
+					ns.add(mem, cpu)
+					get(ns.Containers, c.Name).add(mem, cpu)
 				}
 			}
 		}
 	}
 	out := map[string]usage{}
-	for k, a := range total {
-		u := usage{MemMB: a.mem, CPUMilli: a.cpu, Containers: map[string]usage{}}
-		for c, ca := range a.containers {
-			u.Containers[c] = usage{MemMB: ca.mem, CPUMilli: ca.cpu}
-		}
-		out[k] = u
+	for k, u := range total {
+		out[k] = *u
 	}
 	return out
-}
-
-type summaryCPU struct {
-	UsageNanoCores *uint64 `json:"usageNanoCores"`
-}
-
-func (c *summaryCPU) milli() float64 {
-	if c == nil || c.UsageNanoCores == nil {
-		return 0
-	}
-	return float64(*c.UsageNanoCores) / 1e6
-}
-
-type summaryMem struct {
-	WorkingSetBytes *uint64 `json:"workingSetBytes"`
-}
-
-func (m *summaryMem) mb() float64 {
-	if m == nil || m.WorkingSetBytes == nil {
-		return 0
-	}
-	return float64(*m.WorkingSetBytes) / 1e6
 }
