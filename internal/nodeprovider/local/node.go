@@ -13,11 +13,16 @@ import (
 	"sync"
 	"time"
 
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"fke.dev/fke/internal/hostnet"
 	"fke.dev/fke/internal/supervisor"
@@ -36,6 +41,9 @@ const (
 	// maxRestarts: a node process that exits this many times in a row
 	// (backoff up to 10s) leaves its node Failed.
 	maxRestarts = 20
+	// containerdStartTimeout bounds the wait for a node's containerd to
+	// serve the CRI.
+	containerdStartTimeout = 2 * time.Minute
 	// podCIDRPoll is how often the node reads its Node for spec.podCIDR.
 	podCIDRPoll = 200 * time.Millisecond
 )
@@ -268,7 +276,10 @@ func (n *Node) start(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if err := cd.WaitReady(ctx); err != nil {
+	waitCtx, cancel := context.WithTimeout(ctx, containerdStartTimeout)
+	err = cd.WaitReady(waitCtx)
+	cancel()
+	if err != nil {
 		return fmt.Errorf("containerd of node %s did not start (log %s): %w", c.Name, l.Log(ProcContainerd), err)
 	}
 	for _, img := range c.Images {
@@ -318,20 +329,36 @@ func (n *Node) start(ctx context.Context) error {
 	return n.setUpPodNetwork(ctx)
 }
 
-// containerdReady dials containerd's socket through /proc/self/fd, as the
-// node directory may be deeper than a socket path may be long.
+// errNoCRI: containerd answers but serves no CRI, as its CRI plugin did not
+// load; that containerd never will.
+var errNoCRI = errors.New("containerd serves no CRI: its CRI plugin did not load (the log says why; " +
+	"a common cause is the inotify instance limit, fs.inotify.max_user_instances)")
+
+// containerdReady asks containerd's CRI runtime service for its version,
+// as the kubelet does first. It dials the socket through /proc/self/fd, as
+// the node directory may be deeper than a socket path may be long.
 func (n *Node) containerdReady(ctx context.Context) error {
 	dir, err := os.Open(n.l.ContainerdState())
 	if err != nil {
 		return err
 	}
 	defer dir.Close()
-	var d net.Dialer
-	conn, err := d.DialContext(ctx, "unix", fmt.Sprintf("/proc/self/fd/%d/containerd.sock", dir.Fd()))
+	socket := fmt.Sprintf("/proc/self/fd/%d/containerd.sock", dir.Fd())
+	conn, err := grpc.NewClient("passthrough:///containerd",
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) {
+			var d net.Dialer
+			return d.DialContext(ctx, "unix", socket)
+		}))
 	if err != nil {
 		return err
 	}
-	return conn.Close()
+	defer conn.Close()
+	_, err = runtimeapi.NewRuntimeServiceClient(conn).Version(ctx, &runtimeapi.VersionRequest{})
+	if status.Code(err) == codes.Unimplemented {
+		return errNoCRI
+	}
+	return err
 }
 
 // setUpPodNetwork waits until the Node has its pod range (kube-controller-

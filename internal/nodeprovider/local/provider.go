@@ -395,6 +395,11 @@ func (p *Provider) instanceLocked(ctx context.Context, cluster nodeprovider.Clus
 		if err := p.host.EnsureBridge(ctx); err != nil {
 			return in, err
 		}
+		if changed, err := RaiseLimits("/proc/sys", HostLimits); err != nil {
+			return in, err
+		} else if len(changed) > 0 {
+			p.log.Info("raised host limits for local nodes", "changed", changed)
+		}
 		if err := p.host.Expose(ctx, r.APIPort); err != nil {
 			return in, err
 		}
