@@ -146,6 +146,7 @@ type Process struct {
 	stopping bool
 	gen      int // bumped on every start, so that stale probes are ignored
 	err      error
+	probeErr error // Spec.Ready's last error while Starting
 }
 
 // Name returns the process's Spec.Name.
@@ -210,6 +211,12 @@ func (p *Process) WaitReady(ctx context.Context) error {
 		select {
 		case <-changed:
 		case <-ctx.Done():
+			p.mu.Lock()
+			probeErr := p.probeErr
+			p.mu.Unlock()
+			if probeErr != nil {
+				return fmt.Errorf("waiting for %s to be ready (state %s): %w (last check: %w)", p.spec.Name, state, ctx.Err(), probeErr)
+			}
 			return fmt.Errorf("waiting for %s to be ready (state %s): %w", p.spec.Name, state, ctx.Err())
 		}
 	}
@@ -358,6 +365,7 @@ func (p *Process) startLocked(ctx context.Context) (child, context.CancelFunc, e
 		c = ownChild{cmd}
 	}
 	p.gen++
+	p.probeErr = nil
 	p.pid = c.pid()
 	p.setStateLocked(Starting)
 	if adopted {
@@ -394,12 +402,18 @@ func (p *Process) probe(ctx context.Context, gen, pid int) {
 		if err == nil {
 			p.mu.Lock()
 			if p.gen == gen && p.state == Starting {
+				p.probeErr = nil
 				p.setStateLocked(Ready)
 				p.log.Info("process ready", "pid", pid)
 			}
 			p.mu.Unlock()
 			return
 		}
+		p.mu.Lock()
+		if p.gen == gen {
+			p.probeErr = err
+		}
+		p.mu.Unlock()
 		p.log.Debug("process not ready", "pid", pid, "error", err)
 		select {
 		case <-ctx.Done():

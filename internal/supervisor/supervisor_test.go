@@ -713,3 +713,31 @@ func TestNice(t *testing.T) {
 		}
 	}
 }
+
+func TestWaitReadyTimeoutSaysWhyNotReady(t *testing.T) {
+	g, _ := newTestGroup(t)
+	path, args := sh(`exec sleep 1000`)
+	notServing := errors.New("no CRI on this socket")
+	checked := make(chan struct{}, 1)
+	p, err := g.Start(ctxTimeout(t), Spec{
+		Name: "never-ready", Path: path, Args: args,
+		Ready: func(context.Context) error {
+			select {
+			case checked <- struct{}{}:
+			default:
+			}
+			return notServing
+		},
+	})
+	if err != nil {
+		t.Fatalf("Start: %v", err)
+	}
+	killOnCleanup(t, p.Pid())
+	<-checked // the probe has failed once
+	ctx, cancel := context.WithTimeout(t.Context(), 500*time.Millisecond)
+	defer cancel()
+	err = p.WaitReady(ctx)
+	if !errors.Is(err, context.DeadlineExceeded) || !errors.Is(err, notServing) {
+		t.Fatalf("WaitReady: %v, want the deadline and the last check's error", err)
+	}
+}
