@@ -151,6 +151,11 @@ func diagnosePod(p *corev1.Pod, events []corev1.Event) []podProblem {
 			// crash loop, told the same way.
 			add("crash-loop "+cs.Name, false, "container %s is crash-looping (restarts: %d%s)", cs.Name, cs.RestartCount, lastExit(cs))
 		}
+		if t := cs.State.Terminated; t != nil && t.ExitCode != 0 && p.Spec.RestartPolicy != corev1.RestartPolicyNever {
+			// Just crashed, before the kubelet's back-off says so: the same
+			// crash loop, with this exit.
+			add("crash-loop "+cs.Name, false, "container %s is crash-looping (restarts: %d%s)", cs.Name, cs.RestartCount, lastExit(cs))
+		}
 		if t := cs.State.Terminated; t != nil && t.ExitCode != 0 && p.Spec.RestartPolicy == corev1.RestartPolicyNever {
 			// A pod that never restarts: its Job (or owner) may make another,
 			// so the pod alone is not final; a failed Job is.
@@ -213,8 +218,13 @@ func pullDetail(msg string, events []corev1.Event, p *corev1.Pod) string {
 	return colon(msg)
 }
 
+// lastExit tells the container's latest exit: the current state's when it
+// has just ended, else the last termination's.
 func lastExit(cs corev1.ContainerStatus) string {
-	t := cs.LastTerminationState.Terminated
+	t := cs.State.Terminated
+	if t == nil {
+		t = cs.LastTerminationState.Terminated
+	}
 	if t == nil {
 		return ""
 	}

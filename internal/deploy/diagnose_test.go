@@ -98,6 +98,24 @@ func TestDiagnose(t *testing.T) {
 			want: []string{"pod web-1: container web is crash-looping (restarts: 2; last exit code 2 Error)"},
 		},
 		{
+			name: "just crashed, before the back-off",
+			obj:  deploy,
+			pods: []corev1.Pod{pod("web-1", func(p *corev1.Pod) {
+				p.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: "web", RestartCount: 3,
+					State:                corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 2, Reason: "Error"}},
+					LastTerminationState: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 1, Reason: "Error"}}}}
+			})},
+			want: []string{"pod web-1: container web is crash-looping (restarts: 3; last exit code 2 Error)"},
+		},
+		{
+			name: "exited cleanly under restartPolicy Always: no problem of its own",
+			obj:  deploy,
+			pods: []corev1.Pod{pod("web-1", func(p *corev1.Pod) {
+				p.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: "web",
+					State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 0, Reason: "Completed"}}}}
+			})},
+		},
+		{
 			name:   "unschedulable with the autoscaler's reason",
 			obj:    deploy,
 			pods:   []corev1.Pod{pod("web-1", unschedulable("0/2 nodes are available: 2 Insufficient nvidia.com/gpu."))},
