@@ -25,7 +25,7 @@ build: ## build fke, fke-manager, fke-gpu-agent, fke-gpu-metrics, fke-vpa, fke-p
 	@mkdir -p $(BIN)
 	$(GO) build -o $(BIN)/ ./cmd/...
 
-binaries: ## build kube-apiserver, kube-controller-manager, kube-scheduler, kubelet, kubectl, kube-proxy, etcd, etcdutl, kwok, registry, coredns, metrics-server and kueue (for its e2e test) into _output/bin, and the v1.36 components into _output/bin/v1.36.3 (skips current ones)
+binaries: ## build kube-apiserver, kube-controller-manager, kube-scheduler, kubelet, kubectl, kube-proxy, etcd, etcdutl, kwok, registry, coredns, metrics-server, kueue (for its e2e test) and fke-kube-plane (one-process tenant control planes) into _output/bin, and the v1.36 components into _output/bin/v1.36.3 (skips current ones)
 	@hack/k8s/build.sh $(BIN)
 
 $(CONTROLLER_GEN): hack/tools/go.mod hack/tools/go.sum

@@ -31,6 +31,10 @@ const (
 	Registry = "registry"
 	// CoreDNS is packed into the cluster-DNS image of clusters with local nodes.
 	CoreDNS = "coredns"
+	// KubePlane runs a tenant's etcd, kube-apiserver, kube-controller-manager
+	// and kube-scheduler of the default version in one process (built by
+	// `make binaries` from hack/k8s/plane, upstream's packages).
+	KubePlane = "fke-kube-plane"
 )
 
 // Names of fke's own binaries that go into images (built by `make build`).

@@ -23,6 +23,7 @@ import (
 func newUpCmd(g *globals) *cobra.Command {
 	var timeout time.Duration
 	var warm int
+	var oneProcess bool
 	cmd := &cobra.Command{
 		Use:   "up",
 		Short: "Start the local management plane in the background",
@@ -46,6 +47,7 @@ func newUpCmd(g *globals) *cobra.Command {
 			fmt.Fprintf(g.out, "Starting the fke management plane in %s\n", g.dataDir)
 			st, started, err := localplane.Up(cmd.Context(), localplane.UpOptions{
 				DataDir: g.dataDir, Self: self, Env: env, Timeout: timeout, Progress: g.out, WarmPool: warm,
+				OneProcessPlanes: oneProcess,
 			})
 			if err != nil {
 				return err
@@ -66,6 +68,7 @@ Next:
 	}
 	cmd.Flags().DurationVar(&timeout, "timeout", 3*time.Minute, "how long to wait for the management plane")
 	cmd.Flags().IntVar(&warm, "warm-pool", 1, "standby control planes kept started for new clusters of the default version (0 turns the pool off); each holds about the memory of an idle cluster")
+	cmd.Flags().BoolVar(&oneProcess, "one-process-planes", false, "run each new tenant control plane of the default version in one fke-kube-plane process instead of one process per component (planes keep the layout they started with)")
 	return cmd
 }
 
@@ -144,6 +147,7 @@ func newStatusCmd(g *globals) *cobra.Command {
 // newDaemonCmd is the background process `fke up` starts.
 func newDaemonCmd(g *globals) *cobra.Command {
 	var warm int
+	var oneProcess bool
 	cmd := &cobra.Command{
 		Use:    "daemon",
 		Short:  "Run the management plane in the foreground (what `fke up` starts)",
@@ -156,10 +160,12 @@ func newDaemonCmd(g *globals) *cobra.Command {
 			}
 			return localplane.Daemon(cmd.Context(), localplane.DaemonOptions{
 				DataDir: g.dataDir, Binaries: g.finder(), Self: self, Logger: newLogger(g.errOut), WarmPool: warm,
+				OneProcessPlanes: oneProcess,
 			})
 		},
 	}
 	cmd.Flags().IntVar(&warm, "warm-pool", 0, "standby control planes fke-manager keeps")
+	cmd.Flags().BoolVar(&oneProcess, "one-process-planes", false, "run each new tenant control plane of the default version in one fke-kube-plane process instead of one process per component (planes keep the layout they started with)")
 	return cmd
 }
 
@@ -168,6 +174,7 @@ func newManagerCmd(g *globals) *cobra.Command {
 	var kubeconfig, healthAddr, metricsAddr, nodeAddress, registry, holder string
 	var hook manager.WebhookOptions
 	var warm cluster.WarmPool
+	var oneProcess bool
 	cmd := &cobra.Command{
 		Use:    "manager",
 		Short:  "Run fke-manager (the controllers) against a management API",
@@ -177,7 +184,7 @@ func newManagerCmd(g *globals) *cobra.Command {
 			return manager.Run(cmd.Context(), manager.Options{
 				Kubeconfig: kubeconfig, DataDir: g.dataDir, Binaries: g.finder(),
 				HealthAddr: healthAddr, MetricsAddr: metricsAddr, Webhook: hook, NodeAddress: nodeAddress, Registry: registry,
-				WarmPool: warm, ProcessHolder: holder, Logger: newLogger(g.errOut),
+				WarmPool: warm, OneProcessPlanes: oneProcess, ProcessHolder: holder, Logger: newLogger(g.errOut),
 			})
 		},
 	}
@@ -190,6 +197,7 @@ func newManagerCmd(g *globals) *cobra.Command {
 	cmd.Flags().StringVar(&registry, "registry", "", "loopback address of fke's OCI registry (host:port)")
 	cmd.Flags().IntVar(&warm.Size, "warm-pool", 0, "standby control planes kept started for new clusters of the default version (0: none)")
 	cmd.Flags().StringVar(&warm.Namespace, "warm-pool-namespace", manager.DefaultSystemNamespace, "namespace of the standby planes' Secrets and the pool's status")
+	cmd.Flags().BoolVar(&oneProcess, "one-process-planes", false, "run each new tenant control plane of the default version in one fke-kube-plane process instead of one process per component (planes keep the layout they started with)")
 	cmd.Flags().StringVar(&holder, "process-holder", "", "socket of the daemon that holds tenant control-plane processes across restarts of this manager (empty: they end with it)")
 	_ = cmd.MarkFlagRequired("kubeconfig")
 	return cmd

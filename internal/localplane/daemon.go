@@ -27,6 +27,9 @@ type DaemonOptions struct {
 	// WarmPool is the number of standby control planes fke-manager keeps
 	// ready for new clusters (0: none).
 	WarmPool int
+	// OneProcessPlanes has fke-manager run each new tenant control plane of
+	// the default version in one process (manager.Options).
+	OneProcessPlanes bool
 }
 
 // ports are the management plane's loopback ports, kept in ports.json.
@@ -144,7 +147,7 @@ func Daemon(ctx context.Context, opts DaemonOptions) error {
 		Args: append([]string{"manager", "--kubeconfig", p.Kubeconfig(), "--data-dir", p.Dir,
 			"--health-addr", "127.0.0.1:" + strconv.Itoa(pt.Manager),
 			"--webhook-port", strconv.Itoa(pt.Webhook), "--webhook-cert-dir", p.WebhookPKI(),
-			"--warm-pool", strconv.Itoa(opts.WarmPool)}, append(registryArgs(st.Registry), holderArgs...)...),
+			"--warm-pool", strconv.Itoa(opts.WarmPool)}, append(append(registryArgs(st.Registry), holderArgs...), oneProcessArgs(opts.OneProcessPlanes)...)...),
 		Env:     append(os.Environ(), binaries.EnvDir+"="+binDirOf(bins[binaries.Etcd])),
 		LogPath: filepath.Join(p.Logs(), "fke-manager.log"),
 		Ready:   supervisor.WaitHTTPReady("http://127.0.0.1:"+strconv.Itoa(pt.Manager)+"/readyz", nil),
@@ -402,4 +405,12 @@ func loadBundle(dir string) (pki.Bundle, error) {
 		b[e.Name()] = data
 	}
 	return b, nil
+}
+
+// oneProcessArgs passes DaemonOptions.OneProcessPlanes on to fke-manager.
+func oneProcessArgs(one bool) []string {
+	if one {
+		return []string{"--one-process-planes"}
+	}
+	return nil
 }

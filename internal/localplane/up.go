@@ -28,6 +28,8 @@ type UpOptions struct {
 	// WarmPool is the number of standby control planes fke-manager keeps
 	// (see DaemonOptions.WarmPool).
 	WarmPool int
+	// OneProcessPlanes: see DaemonOptions.OneProcessPlanes.
+	OneProcessPlanes bool
 }
 
 // Up starts the management plane in the background and waits until it is
@@ -46,7 +48,11 @@ func Up(ctx context.Context, opts UpOptions) (st State, started bool, err error)
 	}
 	defer logf.Close()
 	_ = os.Remove(p.State())
-	cmd := exec.Command(opts.Self, "daemon", "--data-dir", opts.DataDir, "--warm-pool", strconv.Itoa(opts.WarmPool))
+	args := []string{"daemon", "--data-dir", opts.DataDir, "--warm-pool", strconv.Itoa(opts.WarmPool)}
+	if opts.OneProcessPlanes {
+		args = append(args, "--one-process-planes")
+	}
+	cmd := exec.Command(opts.Self, args...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.Env = append(os.Environ(), opts.Env...)
 	// A session of its own: the daemon outlives the terminal that ran `fke up`.

@@ -74,6 +74,10 @@ type Options struct {
 	Logger   *slog.Logger
 	// WarmPool configures the pool of standby control planes.
 	WarmPool cluster.WarmPool
+	// OneProcessPlanes has the local runtime run each new control plane of
+	// the default version in one fke-kube-plane process, not one process
+	// per component (see local.Runtime.OneProcessPlanes).
+	OneProcessPlanes bool
 	// LocalNodes configure the local node provider.
 	LocalNodes LocalNodeOptions
 	// Runtimes are the control-plane runtimes this manager runs; nil runs
@@ -202,6 +206,11 @@ func Run(ctx context.Context, opts Options) error {
 		}
 		if holder != nil {
 			rt.HoldProcessesIn(holder)
+		}
+		if opts.OneProcessPlanes {
+			if err := rt.OneProcessPlanes(); err != nil {
+				return err
+			}
 		}
 		defer stopping(log, "control planes", rt.StopAll)()
 	} else {

@@ -1,9 +1,10 @@
-// Command fke-kube-plane is an experiment toward issue 18 (tenant density):
-// it runs one tenant's kube-apiserver, kube-controller-manager and
-// kube-scheduler, built from upstream's packages, in one process, so the
-// three share one Go runtime, one copy of the API types' schemes and one
-// mapping of the code. fke's local runtime does not use it yet; bench/README
-// ("One process for the three components") records what it measured.
+// Command fke-kube-plane runs one tenant's etcd, kube-apiserver,
+// kube-controller-manager and kube-scheduler, built from upstream's
+// packages, in one process, so the four share one Go runtime, one copy of
+// the API types' schemes and one mapping of the code. fke's local runtime
+// runs it for planes of the default version when asked to
+// (--one-process-planes, see internal/controlplane/local/plane.go);
+// bench/README ("etcd in the same process") records what it saves.
 //
 // Usage (each component's flags are upstream's, unchanged):
 //
@@ -15,7 +16,8 @@
 //
 // It is a module of its own beside hack/k8s (same pinned versions, plus
 // etcd's server), so that hack/k8s's go.sum, which stamps the upstream
-// binaries' build, does not change. Build it from hack/k8s/plane with
+// binaries' build, does not change. `make binaries` builds it (build.sh);
+// by hand, build it from hack/k8s/plane with
 // `CGO_ENABLED=0 go build -trimpath -o fke-kube-plane .` (as build.sh builds
 // the upstream binaries, so the Go build cache of theirs serves), adding
 // the -ldflags that build.sh's k8s_ldflags gives so that /version reports

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"golang.org/x/sys/unix"
 
@@ -132,7 +133,7 @@ func (r *Runtime) ForgetAliases(dir string) ([]string, error) {
 func (r *Runtime) usesOldPaths(from, to string) bool {
 	for _, c := range controlplane.Components {
 		p, ok := r.procs[to][c]
-		if !ok || p.name != processName(from, c) {
+		if !ok || !strings.HasPrefix(p.name, from+"/") {
 			continue
 		}
 		// Running, starting or waiting to restart: it may open files by

@@ -77,11 +77,12 @@ func TestAPIServerAdvertisesNodeAddress(t *testing.T) {
 // its runtime, spec and an admin client configuration.
 func startPlane(t *testing.T, bin, name, version, nodeAddr string) (*local.Runtime, controlplane.Spec, *rest.Config) {
 	t.Helper()
-	return startPlaneAs(t, bin, "default/"+name, version, nodeAddr, false)
+	return startPlaneAs(t, bin, "default/"+name, version, nodeAddr, false, false)
 }
 
-// startPlaneAs is startPlane for any key, as a standby plane or not.
-func startPlaneAs(t *testing.T, bin, key, version, nodeAddr string, standby bool) (*local.Runtime, controlplane.Spec, *rest.Config) {
+// startPlaneAs is startPlane for any key, as a standby plane or not, in
+// one process (Runtime.OneProcessPlanes) or in one per component.
+func startPlaneAs(t *testing.T, bin, key, version, nodeAddr string, standby, oneProcess bool) (*local.Runtime, controlplane.Spec, *rest.Config) {
 	t.Helper()
 	name := filepath.Base(key)
 	ips, err := controlplane.APIServerIPs("10.96.0.0/16", nodeAddr)
@@ -102,6 +103,11 @@ func startPlaneAs(t *testing.T, bin, key, version, nodeAddr string, standby bool
 	rt, err := local.New(t.TempDir(), binaries.Finder{Dir: bin}, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
+	}
+	if oneProcess {
+		if err := rt.OneProcessPlanes(); err != nil {
+			t.Fatal(err)
+		}
 	}
 	ctx := context.Background()
 	t.Cleanup(func() { _ = rt.StopAll(context.Background()) })

@@ -1,6 +1,7 @@
 // Package local runs tenant control planes as supervised processes on this
 // machine: etcd, kube-apiserver, kube-controller-manager and kube-scheduler per
-// cluster, each with its own PKI, ports and data directory.
+// cluster, with its own PKI, ports and data directory, in one process
+// (fke-kube-plane) or in one process each (see plane.go).
 package local
 
 import (
@@ -34,8 +35,11 @@ type Runtime struct {
 	dir    string
 	bins   map[string]string
 	finder binaries.Finder
-	group  *supervisor.Group
-	log    *slog.Logger
+	// plane is fke-kube-plane's path; empty unless OneProcessPlanes turned
+	// it on (new planes then run their components as separate processes).
+	plane string
+	group *supervisor.Group
+	log   *slog.Logger
 
 	mu      sync.Mutex
 	running map[string]controlplane.Spec // by key
@@ -70,6 +74,21 @@ func New(dir string, finder binaries.Finder, log *slog.Logger) (*Runtime, error)
 		addons:  map[string]map[string]*controlplane.Addon{},
 		aliases: map[string]string{},
 	}, nil
+}
+
+// OneProcessPlanes has the new control planes of the default version run
+// their four components in one fke-kube-plane process (see plane.go);
+// planes keep the layout they started with. It fails when fke-kube-plane
+// is missing. Call it before the first Ensure.
+func (r *Runtime) OneProcessPlanes() error {
+	path, err := r.finder.Path(binaries.KubePlane)
+	if err != nil {
+		return fmt.Errorf("one-process control planes: %w", err)
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.plane = path
+	return nil
 }
 
 // HoldProcessesIn has the holder behind c run the control planes' processes
@@ -157,6 +176,10 @@ func (r *Runtime) Ensure(ctx context.Context, spec controlplane.Spec) (controlpl
 			return controlplane.Status{}, fmt.Errorf("writing control-plane files of %s: %w", spec.Key, err)
 		}
 	}
+	// Chosen before a restore fills etcd's data directory.
+	if _, err := r.layoutOf(spec, layout); err != nil {
+		return controlplane.Status{}, err
+	}
 	if spec.Restore != "" {
 		if err := r.restore(ctx, layout, spec); err != nil {
 			return controlplane.Status{}, fmt.Errorf("control plane %s: %w", spec.Key, err)
@@ -225,6 +248,20 @@ func (r *Runtime) startMissing(ctx context.Context, spec controlplane.Spec, layo
 	}
 	if r.procs[spec.Key] == nil {
 		r.procs[spec.Key] = map[string]componentProc{}
+	}
+	processes, err := r.layoutOf(spec, layout)
+	if err != nil {
+		return controlplane.Status{}, err
+	}
+	if processes == layoutCombined {
+		if r.plane == "" {
+			return controlplane.Status{}, fmt.Errorf("control plane %s runs in one process (%s), which this manager does not run: start it with --one-process-planes", spec.Key, binaries.KubePlane)
+		}
+		if err := r.startPlane(ctx, spec, layout, ready); err != nil {
+			return controlplane.Status{}, err
+		}
+		r.running[spec.Key] = spec
+		return r.statusLocked(spec.Key), nil
 	}
 	for _, c := range controlplane.Components {
 		name := r.procName(spec.Key, c)

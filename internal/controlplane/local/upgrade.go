@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"fke.dev/fke/internal/binaries"
 	"fke.dev/fke/internal/controlplane"
 	"fke.dev/fke/internal/pki"
 	"fke.dev/fke/internal/supervisor"
@@ -70,6 +71,10 @@ func (r *Runtime) Upgrade(ctx context.Context, spec controlplane.Spec, component
 	}
 	if cur.version == spec.Version {
 		return nil
+	}
+	if strings.HasSuffix(cur.name, "/"+planeProcess) {
+		return fmt.Errorf("upgrading %s of %s to %s: the control plane runs its components in one process (%s, built for %s only), which is not upgraded component by component",
+			component, spec.Key, spec.Version, binaries.KubePlane, cur.version)
 	}
 	path, err := r.binary(component, spec.Version)
 	if err != nil {

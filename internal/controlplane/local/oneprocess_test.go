@@ -1,0 +1,99 @@
+package local_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
+	"fke.dev/fke/internal/controlplane"
+	"fke.dev/fke/internal/versions"
+	"fke.dev/fke/test/testenv"
+)
+
+// TestOneProcessPlane runs a control plane in one fke-kube-plane process:
+// every component reports ready in that one process, the controller
+// manager and the scheduler act on what the API stores, a killed process
+// comes back with its data, an upgrade is refused with the reason, and
+// Stop leaves no process behind.
+func TestOneProcessPlane(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs a control plane")
+	}
+	rt, spec, cfg := startPlaneAs(t, testenv.BinDir(t), "default/one", versions.Default, "", false, true)
+	ctx := t.Context()
+	st := mustStatus(t, rt, spec.Key)
+	pid := st.Components[0].PID
+	for _, c := range st.Components {
+		if !c.Ready || c.PID == 0 || c.PID != pid {
+			t.Fatalf("component %s: ready %v, pid %d; want every component ready in pid %d: %+v", c.Name, c.Ready, c.PID, pid, st)
+		}
+	}
+	if n := len(testenv.FindProcs(rt.DataDir(spec.Key) + "/")); n != 1 {
+		t.Fatalf("%d processes run with the plane's paths, want 1", n)
+	}
+
+	// The controller manager makes the Deployment's pod; the scheduler
+	// finds no node for it.
+	cs := kubernetes.NewForConfigOrDie(cfg)
+	one := int32(1)
+	labels := map[string]string{"app": "web"}
+	dep := &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "default"},
+		Spec: appsv1.DeploymentSpec{Replicas: &one, Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels},
+				Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "web", Image: "registry.invalid/web:1"}}}}},
+	}
+	if _, err := cs.AppsV1().Deployments("default").Create(ctx, dep, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, time.Minute, "the pod left unscheduled by the scheduler", func() error {
+		pods, err := cs.CoreV1().Pods("default").List(ctx, metav1.ListOptions{LabelSelector: "app=web"})
+		if err != nil {
+			return err
+		}
+		for _, p := range pods.Items {
+			for _, c := range p.Status.Conditions {
+				if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse && c.Reason == corev1.PodReasonUnschedulable {
+					return nil
+				}
+			}
+		}
+		return fmt.Errorf("%d pods, none marked unschedulable yet", len(pods.Items))
+	})
+
+	older := spec
+	older.Version = versions.Previous
+	if err := rt.Upgrade(ctx, older, controlplane.APIServer); err == nil || !strings.Contains(err.Error(), "one process") {
+		t.Fatalf("Upgrade of a one-process plane: %v, want it refused for that reason", err)
+	}
+
+	// Killed, it is started again, with its data.
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 2*time.Minute, "the plane back in a new process", func() error {
+		st := mustStatus(t, rt, spec.Key)
+		if !st.Ready() || st.Components[0].PID == pid {
+			return fmt.Errorf("not yet: %+v", st)
+		}
+		return nil
+	})
+	if _, err := cs.AppsV1().Deployments("default").Get(ctx, "web", metav1.GetOptions{}); err != nil {
+		t.Fatalf("after the restart: %v", err)
+	}
+
+	if err := rt.Stop(context.Background(), spec.Key); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(testenv.FindProcs(rt.DataDir(spec.Key) + "/")); n != 0 {
+		t.Fatalf("%d processes left after Stop", n)
+	}
+}

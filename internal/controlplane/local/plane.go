@@ -1,0 +1,132 @@
+package local
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"fke.dev/fke/internal/controlplane"
+	"fke.dev/fke/internal/supervisor"
+	"fke.dev/fke/internal/versions"
+)
+
+// A control plane's processes come in one of two layouts, chosen when it
+// first starts and kept for its life (recorded in its data directory):
+//
+//   - Combined: one fke-kube-plane process runs etcd, kube-apiserver,
+//     kube-controller-manager and kube-scheduler, upstream's code linked
+//     into one binary (hack/k8s/plane). The four share one Go runtime and
+//     one copy of the API types: an idle tenant holds about 0.64× the
+//     memory of four processes (bench/README.md). It is built for the
+//     default Kubernetes version only, so its components are not upgraded
+//     one by one.
+//   - Separate: one process per component, each of its own version; the
+//     layout of planes on another version, of those upgraded from one, and
+//     of every plane unless OneProcessPlanes turned the combined one on.
+const (
+	layoutCombined = "combined"
+	layoutSeparate = "separate"
+)
+
+// planeProcess names the combined plane's process (key/plane).
+const planeProcess = "plane"
+
+// layoutFile records a control plane's layout in its data directory.
+func (l layout) layoutFile() string { return filepath.Join(l.root, "processes") }
+
+// chooseLayout decides the layout of a control plane (pure): the recorded
+// one when there is one; else separate for a plane that already has data
+// (it ran before layouts were recorded) or runs a component at another
+// version than the combined binary's, or when the combined binary is not
+// offered; else combined.
+func chooseLayout(recorded string, planeOffered, hasData bool, componentVersions []string) string {
+	if recorded == layoutCombined || recorded == layoutSeparate {
+		return recorded
+	}
+	if !planeOffered || hasData {
+		return layoutSeparate
+	}
+	for _, v := range componentVersions {
+		if v != "" && v != versions.Default {
+			return layoutSeparate
+		}
+	}
+	return layoutCombined
+}
+
+// layoutOf returns the layout of spec's plane, recording it on the plane's
+// first start; r.mu is held.
+func (r *Runtime) layoutOf(spec controlplane.Spec, l layout) (string, error) {
+	recorded, err := os.ReadFile(l.layoutFile())
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return "", fmt.Errorf("reading the process layout of %s: %w", spec.Key, err)
+	}
+	_, statErr := os.Stat(l.etcdData())
+	hasData := statErr == nil
+	var vs []string
+	for _, c := range controlplane.Components[1:] {
+		vs = append(vs, startVersion(spec, c))
+	}
+	chosen := chooseLayout(strings.TrimSpace(string(recorded)), r.plane != "", hasData, vs)
+	if chosen != strings.TrimSpace(string(recorded)) {
+		if err := os.WriteFile(l.layoutFile(), []byte(chosen+"\n"), 0o600); err != nil {
+			return "", fmt.Errorf("recording the process layout of %s: %w", spec.Key, err)
+		}
+	}
+	return chosen, nil
+}
+
+// planeArgs are fke-kube-plane's arguments: each component's own flags,
+// exactly those its separate process gets, after its name.
+func planeArgs(l layout, spec controlplane.Spec) []string {
+	var args []string
+	for i, c := range controlplane.Components {
+		if i > 0 {
+			args = append(args, "--")
+		}
+		args = append(append(args, c), componentArgs(c, l, spec)...)
+	}
+	return args
+}
+
+// allReady is a readiness check that passes when every component's does,
+// checked in start order.
+func allReady(ready map[string]func(context.Context) error) func(context.Context) error {
+	return func(ctx context.Context) error {
+		for _, c := range controlplane.Components {
+			if err := ready[c](ctx); err != nil {
+				return fmt.Errorf("%s: %w", c, err)
+			}
+		}
+		return nil
+	}
+}
+
+// startPlane starts the combined process of spec unless it runs; r.mu is
+// held. The process waits for its API server before it starts the
+// controller manager and the scheduler, as startMissing does for separate
+// processes.
+func (r *Runtime) startPlane(ctx context.Context, spec controlplane.Spec, l layout, ready map[string]func(context.Context) error) error {
+	name := r.procName(spec.Key, controlplane.APIServer)
+	if _, ok := r.procs[spec.Key][controlplane.APIServer]; !ok {
+		name = processName(spec.Key, planeProcess)
+	}
+	if p := r.group.Get(name); p == nil || p.State() == supervisor.Stopped {
+		s := supervisor.Spec{Name: name, Slot: slot(spec, controlplane.APIServer), Path: r.plane, Args: planeArgs(l, spec),
+			Env: componentEnv(planeProcess), LogPath: l.log(planeProcess), Ready: allReady(ready)}
+		if spec.Standby {
+			s.Nice = standbyNice
+		}
+		if _, err := r.group.Start(ctx, s); err != nil {
+			return fmt.Errorf("starting %s: %w", s.Name, err)
+		}
+		r.log.Info("started the control plane in one process", "cluster", spec.Key, "version", versions.Default)
+	}
+	for _, c := range controlplane.Components {
+		r.procs[spec.Key][c] = componentProc{name: name, version: startVersion(spec, c)}
+	}
+	return nil
+}
