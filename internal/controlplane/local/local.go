@@ -35,8 +35,8 @@ type Runtime struct {
 	dir    string
 	bins   map[string]string
 	finder binaries.Finder
-	// plane is fke-kube-plane's path; empty unless OneProcessPlanes turned
-	// it on (new planes then run their components as separate processes).
+	// plane is fke-kube-plane's path, set by OneProcessPlanes; while it is
+	// empty, new planes run their components as separate processes.
 	plane string
 	group *supervisor.Group
 	log   *slog.Logger
