@@ -177,7 +177,8 @@ func (r *Runtime) Ensure(ctx context.Context, spec controlplane.Spec) (controlpl
 		}
 	}
 	// Chosen before a restore fills etcd's data directory.
-	if _, err := r.layoutOf(spec, layout); err != nil {
+	processes, err := r.layoutOf(spec, layout)
+	if err != nil {
 		return controlplane.Status{}, err
 	}
 	if spec.Restore != "" {
@@ -185,7 +186,7 @@ func (r *Runtime) Ensure(ctx context.Context, spec controlplane.Spec) (controlpl
 			return controlplane.Status{}, fmt.Errorf("control plane %s: %w", spec.Key, err)
 		}
 	}
-	return r.startMissing(ctx, spec, layout)
+	return r.startMissing(ctx, spec, layout, processes)
 }
 
 // restore fills etcd's data directory from spec.Restore with etcdutl when
@@ -231,7 +232,7 @@ func (r *Runtime) Snapshot(ctx context.Context, spec controlplane.Spec, d backup
 }
 
 // startMissing starts the components of spec that do not run; r.mu is held.
-func (r *Runtime) startMissing(ctx context.Context, spec controlplane.Spec, layout layout) (controlplane.Status, error) {
+func (r *Runtime) startMissing(ctx context.Context, spec controlplane.Spec, layout layout, processes string) (controlplane.Status, error) {
 	tlsCfg, err := clientTLS(spec.PKI, pki.EtcdCACertFile, pki.APIServerEtcdClient)
 	if err != nil {
 		return controlplane.Status{}, err
@@ -248,10 +249,6 @@ func (r *Runtime) startMissing(ctx context.Context, spec controlplane.Spec, layo
 	}
 	if r.procs[spec.Key] == nil {
 		r.procs[spec.Key] = map[string]componentProc{}
-	}
-	processes, err := r.layoutOf(spec, layout)
-	if err != nil {
-		return controlplane.Status{}, err
 	}
 	if processes == layoutCombined {
 		if r.plane == "" {
@@ -346,7 +343,12 @@ func (r *Runtime) WaitReady(ctx context.Context, key string) error {
 	for _, c := range controlplane.Components {
 		r.mu.Lock()
 		if spec, ok := r.running[key]; ok && c == controlplane.ControllerManager {
-			if _, err := r.startMissing(ctx, spec, newLayout(r.DataDir(key))); err != nil {
+			l := newLayout(r.DataDir(key))
+			processes, err := r.layoutOf(spec, l)
+			if err == nil {
+				_, err = r.startMissing(ctx, spec, l, processes)
+			}
+			if err != nil {
 				r.mu.Unlock()
 				return err
 			}
