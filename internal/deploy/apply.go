@@ -113,7 +113,7 @@ type Cluster struct {
 	getter  *restGetter
 	Client  kubernetes.Interface
 	Dynamic dynamic.Interface
-	Mapper  meta.ResettableRESTMapper
+	Mapper  *crdMapper
 }
 
 // NewCluster connects to the cluster of cfg (nothing is sent yet).
@@ -127,7 +127,6 @@ func NewCluster(cfg *rest.Config) (*Cluster, error) {
 		return nil, fmt.Errorf("connecting to the cluster: %w", err)
 	}
 	cached := memory.NewMemCacheClient(dc)
-	mapper := restmapper.NewDeferredDiscoveryRESTMapper(cached)
 	cs, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("connecting to the cluster: %w", err)
@@ -136,6 +135,7 @@ func NewCluster(cfg *rest.Config) (*Cluster, error) {
 	if err != nil {
 		return nil, fmt.Errorf("connecting to the cluster: %w", err)
 	}
+	mapper := newCRDMapper(restmapper.NewDeferredDiscoveryRESTMapper(cached), dyn)
 	return &Cluster{config: cfg, getter: &restGetter{cfg: cfg, disco: cached, mapper: mapper}, Client: cs, Dynamic: dyn, Mapper: mapper}, nil
 }
 
@@ -231,6 +231,8 @@ func (c *Cluster) Apply(ctx context.Context, objs []*unstructured.Unstructured, 
 		defer cancel()
 	}
 	inv := inventoryInfo(opts.Release)
+	c.Mapper.expect(objs)
+	defer c.Mapper.expect(nil)
 	// Without pruning, cli-utils abandons the objects it would have pruned:
 	// it drops them from the inventory, and a later --prune would never
 	// delete them. fke keeps them there instead.
