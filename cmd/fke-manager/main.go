@@ -57,7 +57,7 @@ func parseFlags(args []string) (manager.Options, error) {
 	fs.StringVar(&opts.Registry, "registry", "", "loopback address of fke's OCI registry (host:port)")
 	fs.IntVar(&opts.WarmPool.Size, "warm-pool", 0, "standby control planes kept started for new clusters of the default version (0: none)")
 	fs.StringVar(&opts.WarmPool.Namespace, "warm-pool-namespace", manager.DefaultSystemNamespace, "namespace of the standby planes' Secrets and the pool's status")
-	fs.BoolVar(&opts.OneProcessPlanes, "one-process-planes", false, "run each new tenant control plane of the default version in one fke-kube-plane process instead of one process per component (planes keep the layout they started with)")
+	fs.BoolVar(&opts.OneProcessPlanes, "one-process-planes", false, manager.OneProcessPlanesUsage)
 	fs.BoolVar(&opts.LeaderElection.Enabled, "leader-elect", false, "elect a leader among manager replicas with the Lease "+manager.LeaderElectionID+" (the Helm chart turns it on)")
 	fs.StringVar(&opts.LeaderElection.Namespace, "leader-election-namespace", "", "namespace of the leader-election Lease (default: the pod's namespace)")
 	fs.StringVar(&runtimes, "runtimes", manager.JoinNames(manager.DefaultRuntimes), "comma-separated control-plane runtimes to run: "+manager.JoinNames(manager.Runtimes)+" (empty: none)")

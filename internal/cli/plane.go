@@ -68,7 +68,7 @@ Next:
 	}
 	cmd.Flags().DurationVar(&timeout, "timeout", 3*time.Minute, "how long to wait for the management plane")
 	cmd.Flags().IntVar(&warm, "warm-pool", 1, "standby control planes kept started for new clusters of the default version (0 turns the pool off); each holds about the memory of an idle cluster")
-	cmd.Flags().BoolVar(&oneProcess, "one-process-planes", false, "run each new tenant control plane of the default version in one fke-kube-plane process instead of one process per component (planes keep the layout they started with)")
+	cmd.Flags().BoolVar(&oneProcess, "one-process-planes", true, manager.OneProcessPlanesUsage)
 	return cmd
 }
 
@@ -165,7 +165,7 @@ func newDaemonCmd(g *globals) *cobra.Command {
 		},
 	}
 	cmd.Flags().IntVar(&warm, "warm-pool", 0, "standby control planes fke-manager keeps")
-	cmd.Flags().BoolVar(&oneProcess, "one-process-planes", false, "run each new tenant control plane of the default version in one fke-kube-plane process instead of one process per component (planes keep the layout they started with)")
+	cmd.Flags().BoolVar(&oneProcess, "one-process-planes", false, manager.OneProcessPlanesUsage)
 	return cmd
 }
 
@@ -197,7 +197,7 @@ func newManagerCmd(g *globals) *cobra.Command {
 	cmd.Flags().StringVar(&registry, "registry", "", "loopback address of fke's OCI registry (host:port)")
 	cmd.Flags().IntVar(&warm.Size, "warm-pool", 0, "standby control planes kept started for new clusters of the default version (0: none)")
 	cmd.Flags().StringVar(&warm.Namespace, "warm-pool-namespace", manager.DefaultSystemNamespace, "namespace of the standby planes' Secrets and the pool's status")
-	cmd.Flags().BoolVar(&oneProcess, "one-process-planes", false, "run each new tenant control plane of the default version in one fke-kube-plane process instead of one process per component (planes keep the layout they started with)")
+	cmd.Flags().BoolVar(&oneProcess, "one-process-planes", false, manager.OneProcessPlanesUsage)
 	cmd.Flags().StringVar(&holder, "process-holder", "", "socket of the daemon that holds tenant control-plane processes across restarts of this manager (empty: they end with it)")
 	_ = cmd.MarkFlagRequired("kubeconfig")
 	return cmd

@@ -407,10 +407,8 @@ func loadBundle(dir string) (pki.Bundle, error) {
 	return b, nil
 }
 
-// oneProcessArgs passes DaemonOptions.OneProcessPlanes on to fke-manager.
+// oneProcessArgs passes OneProcessPlanes on to the daemon and fke-manager,
+// whatever their flag's default.
 func oneProcessArgs(one bool) []string {
-	if one {
-		return []string{"--one-process-planes"}
-	}
-	return nil
+	return []string{"--one-process-planes=" + strconv.FormatBool(one)}
 }

@@ -48,10 +48,7 @@ func Up(ctx context.Context, opts UpOptions) (st State, started bool, err error)
 	}
 	defer logf.Close()
 	_ = os.Remove(p.State())
-	args := []string{"daemon", "--data-dir", opts.DataDir, "--warm-pool", strconv.Itoa(opts.WarmPool)}
-	if opts.OneProcessPlanes {
-		args = append(args, "--one-process-planes")
-	}
+	args := append([]string{"daemon", "--data-dir", opts.DataDir, "--warm-pool", strconv.Itoa(opts.WarmPool)}, oneProcessArgs(opts.OneProcessPlanes)...)
 	cmd := exec.Command(opts.Self, args...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.Env = append(os.Environ(), opts.Env...)

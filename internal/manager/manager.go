@@ -143,6 +143,10 @@ type LocalNodeOptions struct {
 // API (the warm pool's standby planes).
 const DefaultSystemNamespace = "fke-system"
 
+// OneProcessPlanesUsage documents the --one-process-planes flag of every
+// command that passes Options.OneProcessPlanes.
+const OneProcessPlanesUsage = "run each new tenant control plane of the default version in one fke-kube-plane process instead of one process per component (planes keep the layout they started with)"
+
 // Scheme returns a scheme with the built-in kinds, the fke.dev kinds and the
 // ProvisioningRequest kinds of tenant clusters.
 func Scheme() (*runtime.Scheme, error) {

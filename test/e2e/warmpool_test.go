@@ -63,6 +63,31 @@ func standbyProcs(e *testenv.Env, id string) int {
 	return len(testenv.FindProcs(filepath.Join(e.DataDir, "clusters", ".standby", id) + "/"))
 }
 
+// planeLayout is the process layout recorded in a control plane's data
+// directory: combined (one fke-kube-plane process) or separate.
+func planeLayout(t *testing.T, dir string) string {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join(dir, "processes"))
+	if err != nil {
+		t.Fatalf("reading the process layout of the plane in %s: %v", dir, err)
+	}
+	return strings.TrimSpace(string(data))
+}
+
+// planeProcs is how many processes the plane in dir runs in its layout.
+func planeProcs(t *testing.T, dir string) int {
+	t.Helper()
+	switch l := planeLayout(t, dir); l {
+	case "combined":
+		return 1
+	case "separate":
+		return len(controlplane.Components)
+	default:
+		t.Fatalf("plane in %s: unknown layout %q", dir, l)
+		return 0
+	}
+}
+
 // TestWarmPool: with a pool of two, three clusters created at once get two
 // standby planes and one cold start; no two share a plane or a CA, each
 // is reached only with its own credentials, and the pool refills. A
@@ -79,8 +104,12 @@ func TestWarmPool(t *testing.T) {
 		t.Fatalf("want 2 standby planes, found %d", len(planes))
 	}
 	for id := range planes {
-		if n := standbyProcs(e, id); n != len(controlplane.Components) {
-			t.Fatalf("standby plane %s runs %d processes, want %d", id, n, len(controlplane.Components))
+		dir := filepath.Join(e.DataDir, "clusters", ".standby", id)
+		if layout := planeLayout(t, dir); layout != "combined" {
+			t.Fatalf("standby plane %s runs in layout %q, want fke up's default: combined (one process)", id, layout)
+		}
+		if n, want := standbyProcs(e, id), planeProcs(t, dir); n != want {
+			t.Fatalf("standby plane %s runs %d processes, want %d", id, n, want)
 		}
 	}
 
@@ -161,14 +190,14 @@ func TestWarmPool(t *testing.T) {
 		t.Fatalf("standby data %v, want exactly the planes %v (the links of adopted planes removed)", dirs, planeIDs(after))
 	}
 	for id := range after {
-		if n := standbyProcs(e, id); n != len(controlplane.Components) {
-			t.Fatalf("standby plane %s runs %d processes after the restart, want %d", id, n, len(controlplane.Components))
+		if n, want := standbyProcs(e, id), planeProcs(t, filepath.Join(e.DataDir, "clusters", ".standby", id)); n != want {
+			t.Fatalf("standby plane %s runs %d processes after the restart, want %d", id, n, want)
 		}
 	}
 	for _, n := range names {
 		testenv.Eventually(t, time.Minute, n+" serving after the manager restart", func() error { return testenv.Readyz(e.TenantConfig(n)) })
-		if got := len(testenv.FindProcs(e.ClusterDir(n) + "/")); got < len(controlplane.Components) {
-			t.Fatalf("%s: %d processes run from its own directory, want at least %d", n, got, len(controlplane.Components))
+		if got, want := len(testenv.FindProcs(e.ClusterDir(n)+"/")), planeProcs(t, e.ClusterDir(n)); got < want {
+			t.Fatalf("%s: %d processes run from its own directory, want at least %d", n, got, want)
 		}
 	}
 
