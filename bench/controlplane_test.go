@@ -109,8 +109,8 @@ func clusterRSSMB(b *testing.B, dataDir, name string) (controlPlane, addons floa
 		cp++
 		controlPlane += rssMB(p.PID)
 	}
-	if cp != 4 {
-		b.Fatalf("cluster %s: want 4 control-plane processes, found %d", name, cp)
+	if want := testenv.PlaneProcs(b, dir); cp != want {
+		b.Fatalf("tenant %s: want %d control-plane processes, found %d", name, want, cp)
 	}
 	return controlPlane, addons
 }

@@ -155,8 +155,8 @@ func tenantMemory(b *testing.B, dataDir, name string) (cp, addons tenantMem) {
 		procs++
 		cp = tenantMem{cp.rss + m.rss, cp.pss + m.pss, cp.anon + m.anon}
 	}
-	if procs != 4 {
-		b.Fatalf("tenant %s: want 4 control-plane processes, found %d", name, procs)
+	if want := testenv.PlaneProcs(b, dir); procs != want {
+		b.Fatalf("tenant %s: want %d control-plane processes, found %d", name, want, procs)
 	}
 	return cp, addons
 }

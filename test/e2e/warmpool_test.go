@@ -19,7 +19,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"fke.dev/fke/internal/controller/cluster"
-	"fke.dev/fke/internal/controlplane"
 	"fke.dev/fke/internal/pki"
 	"fke.dev/fke/test/testenv"
 )
@@ -63,31 +62,6 @@ func standbyProcs(e *testenv.Env, id string) int {
 	return len(testenv.FindProcs(filepath.Join(e.DataDir, "clusters", ".standby", id) + "/"))
 }
 
-// planeLayout is the process layout recorded in a control plane's data
-// directory: combined (one fke-kube-plane process) or separate.
-func planeLayout(t *testing.T, dir string) string {
-	t.Helper()
-	data, err := os.ReadFile(filepath.Join(dir, "processes"))
-	if err != nil {
-		t.Fatalf("reading the process layout of the plane in %s: %v", dir, err)
-	}
-	return strings.TrimSpace(string(data))
-}
-
-// planeProcs is how many processes the plane in dir runs in its layout.
-func planeProcs(t *testing.T, dir string) int {
-	t.Helper()
-	switch l := planeLayout(t, dir); l {
-	case "combined":
-		return 1
-	case "separate":
-		return len(controlplane.Components)
-	default:
-		t.Fatalf("plane in %s: unknown layout %q", dir, l)
-		return 0
-	}
-}
-
 // TestWarmPool: with a pool of two, three clusters created at once get two
 // standby planes and one cold start; no two share a plane or a CA, each
 // is reached only with its own credentials, and the pool refills. A
@@ -104,12 +78,9 @@ func TestWarmPool(t *testing.T) {
 		t.Fatalf("want 2 standby planes, found %d", len(planes))
 	}
 	for id := range planes {
-		dir := filepath.Join(e.DataDir, "clusters", ".standby", id)
-		if layout := planeLayout(t, dir); layout != "combined" {
-			t.Fatalf("standby plane %s runs in layout %q, want fke up's default: combined (one process)", id, layout)
-		}
-		if n, want := standbyProcs(e, id), planeProcs(t, dir); n != want {
-			t.Fatalf("standby plane %s runs %d processes, want %d", id, n, want)
+		// fke up's default: one process per plane.
+		if n := standbyProcs(e, id); n != 1 || testenv.PlaneProcs(t, filepath.Join(e.DataDir, "clusters", ".standby", id)) != 1 {
+			t.Fatalf("standby plane %s runs %d processes, want 1 (fke up runs one-process planes)", id, n)
 		}
 	}
 
@@ -190,13 +161,13 @@ func TestWarmPool(t *testing.T) {
 		t.Fatalf("standby data %v, want exactly the planes %v (the links of adopted planes removed)", dirs, planeIDs(after))
 	}
 	for id := range after {
-		if n, want := standbyProcs(e, id), planeProcs(t, filepath.Join(e.DataDir, "clusters", ".standby", id)); n != want {
+		if n, want := standbyProcs(e, id), testenv.PlaneProcs(t, filepath.Join(e.DataDir, "clusters", ".standby", id)); n != want {
 			t.Fatalf("standby plane %s runs %d processes after the restart, want %d", id, n, want)
 		}
 	}
 	for _, n := range names {
 		testenv.Eventually(t, time.Minute, n+" serving after the manager restart", func() error { return testenv.Readyz(e.TenantConfig(n)) })
-		if got, want := len(testenv.FindProcs(e.ClusterDir(n)+"/")), planeProcs(t, e.ClusterDir(n)); got < want {
+		if got, want := len(testenv.FindProcs(e.ClusterDir(n)+"/")), testenv.PlaneProcs(t, e.ClusterDir(n)); got < want {
 			t.Fatalf("%s: %d processes run from its own directory, want at least %d", n, got, want)
 		}
 	}

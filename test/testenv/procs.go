@@ -9,7 +9,10 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"testing"
 
+	"fke.dev/fke/internal/controlplane"
+	"fke.dev/fke/internal/controlplane/local"
 	"fke.dev/fke/internal/localplane"
 )
 
@@ -109,4 +112,24 @@ func procNetAddr(s string) (string, error) {
 	}
 	ip, _ := netip.AddrFromSlice(raw)
 	return netip.AddrPortFrom(ip.Unmap(), uint16(port)).String(), nil
+}
+
+// PlaneProcs is how many processes the control plane whose data lies in
+// dir runs, by the layout recorded there: one fke-kube-plane process
+// (combined) or one per component (separate).
+func PlaneProcs(t testing.TB, dir string) int {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join(dir, local.LayoutFileName))
+	if err != nil {
+		t.Fatalf("reading the process layout of the plane in %s: %v", dir, err)
+	}
+	switch l := strings.TrimSpace(string(data)); l {
+	case local.LayoutCombined:
+		return 1
+	case local.LayoutSeparate:
+		return len(controlplane.Components)
+	default:
+		t.Fatalf("plane in %s: unknown layout %q", dir, l)
+		return 0
+	}
 }

@@ -250,7 +250,7 @@ func (r *Runtime) startMissing(ctx context.Context, spec controlplane.Spec, layo
 	if r.procs[spec.Key] == nil {
 		r.procs[spec.Key] = map[string]componentProc{}
 	}
-	if processes == layoutCombined {
+	if processes == LayoutCombined {
 		if r.plane == "" {
 			return controlplane.Status{}, fmt.Errorf("control plane %s runs in one process (%s), which this manager does not run: start it with --one-process-planes", spec.Key, binaries.KubePlane)
 		}

@@ -27,15 +27,19 @@ import (
 //     layout of planes on another version, of those upgraded from one, and
 //     of every plane unless OneProcessPlanes turned the combined one on.
 const (
-	layoutCombined = "combined"
-	layoutSeparate = "separate"
+	LayoutCombined = "combined"
+	LayoutSeparate = "separate"
 )
+
+// LayoutFileName is the file in a control plane's data directory that
+// records its layout.
+const LayoutFileName = "processes"
 
 // planeProcess names the combined plane's process (key/plane).
 const planeProcess = "plane"
 
 // layoutFile records a control plane's layout in its data directory.
-func (l layout) layoutFile() string { return filepath.Join(l.root, "processes") }
+func (l layout) layoutFile() string { return filepath.Join(l.root, LayoutFileName) }
 
 // chooseLayout decides the layout of a control plane (pure): the recorded
 // one when there is one; else separate for a plane that already has data
@@ -43,18 +47,18 @@ func (l layout) layoutFile() string { return filepath.Join(l.root, "processes") 
 // version than the combined binary's, or when the combined binary is not
 // offered; else combined.
 func chooseLayout(recorded string, planeOffered, hasData bool, componentVersions []string) string {
-	if recorded == layoutCombined || recorded == layoutSeparate {
+	if recorded == LayoutCombined || recorded == LayoutSeparate {
 		return recorded
 	}
 	if !planeOffered || hasData {
-		return layoutSeparate
+		return LayoutSeparate
 	}
 	for _, v := range componentVersions {
 		if v != "" && v != versions.Default {
-			return layoutSeparate
+			return LayoutSeparate
 		}
 	}
-	return layoutCombined
+	return LayoutCombined
 }
 
 // layoutOf returns the layout of spec's plane, recording it on the plane's

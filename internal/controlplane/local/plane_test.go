@@ -18,15 +18,15 @@ func TestChooseLayout(t *testing.T) {
 		versions []string
 		want     string
 	}{
-		{name: "new plane, one process offered", offered: true, versions: []string{def, def, def}, want: layoutCombined},
-		{name: "new plane, versions left to the default", offered: true, versions: []string{"", "", ""}, want: layoutCombined},
-		{name: "not offered", versions: []string{def, def, def}, want: layoutSeparate},
-		{name: "another version", offered: true, versions: []string{prev, prev, prev}, want: layoutSeparate},
-		{name: "mid-upgrade", offered: true, versions: []string{def, prev, prev}, want: layoutSeparate},
-		{name: "data from before layouts were recorded", offered: true, hasData: true, versions: []string{def, def, def}, want: layoutSeparate},
-		{name: "recorded combined stays, even when no longer offered", recorded: layoutCombined, versions: []string{def, def, def}, want: layoutCombined},
-		{name: "recorded separate stays when offered", recorded: layoutSeparate, offered: true, hasData: true, versions: []string{def, def, def}, want: layoutSeparate},
-		{name: "unreadable record decides afresh", recorded: "garbage", offered: true, versions: []string{def, def, def}, want: layoutCombined},
+		{name: "new plane, one process offered", offered: true, versions: []string{def, def, def}, want: LayoutCombined},
+		{name: "new plane, versions left to the default", offered: true, versions: []string{"", "", ""}, want: LayoutCombined},
+		{name: "not offered", versions: []string{def, def, def}, want: LayoutSeparate},
+		{name: "another version", offered: true, versions: []string{prev, prev, prev}, want: LayoutSeparate},
+		{name: "mid-upgrade", offered: true, versions: []string{def, prev, prev}, want: LayoutSeparate},
+		{name: "data from before layouts were recorded", offered: true, hasData: true, versions: []string{def, def, def}, want: LayoutSeparate},
+		{name: "recorded combined stays, even when no longer offered", recorded: LayoutCombined, versions: []string{def, def, def}, want: LayoutCombined},
+		{name: "recorded separate stays when offered", recorded: LayoutSeparate, offered: true, hasData: true, versions: []string{def, def, def}, want: LayoutSeparate},
+		{name: "unreadable record decides afresh", recorded: "garbage", offered: true, versions: []string{def, def, def}, want: LayoutCombined},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if got := chooseLayout(tc.recorded, tc.offered, tc.hasData, tc.versions); got != tc.want {
