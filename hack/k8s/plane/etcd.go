@@ -41,32 +41,34 @@ func etcdConfig(args []string) (*embed.Config, error) {
 	return cfg, nil
 }
 
-// startEtcd starts the embedded etcd and waits until it serves. Its
-// returned channel receives an error when the server stops.
-func startEtcd(ctx context.Context, cfg *embed.Config) (<-chan error, error) {
+// startEtcd starts the embedded etcd and returns once its listeners are
+// bound: clients may connect at once, and their requests wait until it
+// serves, so the API server's own start (most of a plane's start) runs
+// beside etcd's. It sends an error to stopped when the server stops, or
+// when it stops before it served.
+func startEtcd(ctx context.Context, cfg *embed.Config, stopped chan<- error) error {
 	e, err := embed.StartEtcd(cfg)
 	if err != nil {
-		return nil, err
+		return err
 	}
-	select {
-	case <-e.Server.ReadyNotify():
-	case <-e.Server.StopNotify():
-		return nil, fmt.Errorf("stopped before it was ready: %w", <-e.Err())
-	case <-ctx.Done():
-		e.Close()
-		return nil, ctx.Err()
-	}
-	stopped := make(chan error, 1)
 	go func() {
 		select {
-		case err := <-e.Err():
-			stopped <- err
+		case <-e.Server.ReadyNotify():
 		case <-e.Server.StopNotify():
-			stopped <- fmt.Errorf("server stopped")
+			stopped <- fmt.Errorf("%s stopped before it was ready: %w", etcdName, <-e.Err())
+			return
 		case <-ctx.Done():
 			e.Close()
-			stopped <- ctx.Err()
+			return
+		}
+		select {
+		case err := <-e.Err():
+			stopped <- fmt.Errorf("%s stopped: %w", etcdName, err)
+		case <-e.Server.StopNotify():
+			stopped <- fmt.Errorf("%s stopped", etcdName)
+		case <-ctx.Done():
+			e.Close()
 		}
 	}()
-	return stopped, nil
+	return nil
 }

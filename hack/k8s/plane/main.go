@@ -11,8 +11,9 @@
 //	fke-kube-plane [etcd FLAGS... --] kube-apiserver FLAGS... -- kube-controller-manager FLAGS... -- kube-scheduler FLAGS...
 //
 // With etcd named, the process also runs the tenant's etcd (upstream's
-// embedded server, go.etcd.io/etcd/server/v3/embed) and starts the other
-// components once it serves.
+// embedded server, go.etcd.io/etcd/server/v3/embed) and starts the API
+// server as soon as etcd listens (its requests wait until etcd serves),
+// the controller manager and the scheduler once the API server serves.
 //
 // It is a module of its own beside hack/k8s (same pinned versions, plus
 // etcd's server), so that hack/k8s's go.sum, which stamps the upstream
@@ -123,13 +124,15 @@ func run(args map[string][]string) error {
 	logs.InitLogs()
 	defer logs.FlushLogs()
 
-	var etcdStopped <-chan error
+	// Each component that stops sends its error here; the first ends the
+	// process.
+	stopped := make(chan error, 4)
 	if etcdArgs, ok := args[etcdName]; ok {
 		cfg, err := etcdConfig(etcdArgs)
 		if err != nil {
 			return fmt.Errorf("%s: %w", etcdName, err)
 		}
-		if etcdStopped, err = startEtcd(ctx, cfg); err != nil {
+		if err := startEtcd(ctx, cfg, stopped); err != nil {
 			return fmt.Errorf("%s: %w", etcdName, err)
 		}
 	}
@@ -166,7 +169,6 @@ func run(args map[string][]string) error {
 		return fmt.Errorf("%s: %w", apiServer, utilerrors.NewAggregate(errs))
 	}
 
-	stopped := make(chan error, 3)
 	start := func(name string, f func(context.Context) error) {
 		go func() { stopped <- fmt.Errorf("%s stopped: %w", name, f(ctx)) }()
 	}
@@ -194,12 +196,7 @@ func run(args map[string][]string) error {
 		}
 		return schedapp.Run(ctx, cc, sched)
 	})
-	select {
-	case err := <-stopped:
-		return err
-	case err := <-etcdStopped:
-		return fmt.Errorf("%s stopped: %w", etcdName, err)
-	}
+	return <-stopped
 }
 
 // waitServing polls the API server's /readyz with the credentials of

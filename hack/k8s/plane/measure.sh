@@ -46,7 +46,7 @@ cleanup() {
 }
 trap cleanup EXIT
 
-"$bin/fke" --data-dir "$data" --bin-dir "$bin" up >"$work/up.log" 2>&1
+"$bin/fke" --data-dir "$data" --bin-dir "$bin" up --one-process-planes=false >"$work/up.log" 2>&1
 "$bin/fke" --data-dir "$data" cluster create m --gpu-metrics=false --metrics-server=false --wait >"$work/create.log" 2>&1
 dir=$data/clusters/default/m
 # Each component's arguments, one per line, from its running process.
