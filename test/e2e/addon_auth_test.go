@@ -155,6 +155,7 @@ func TestAddonsRequireAuthentication(t *testing.T) {
 	}
 
 	t.Run("the API server's calls succeed", func(t *testing.T) {
+		e := e.For(t)
 		rc := e.Tenant("authn").CoreV1().RESTClient()
 		for _, path := range []string{"/apis/metrics.k8s.io/v1beta1/namespaces/kube-system/pods", "/apis/custom.metrics.k8s.io/v1beta2"} {
 			if out, err := rc.Get().AbsPath(path).DoRaw(ctx); err != nil {

@@ -71,6 +71,7 @@ func TestEtcdBackupAndRestore(t *testing.T) {
 	}
 
 	t.Run("a cluster restored from the snapshot has its objects", func(t *testing.T) {
+		e := e.For(t)
 		start := time.Now()
 		e.MustRun("cluster", "restore", "copy", "--from", "src/"+snap, "--wait")
 		t.Logf("FIGURE fke cluster restore -> Ready: %s", time.Since(start).Round(10*time.Millisecond))
@@ -98,6 +99,7 @@ func TestEtcdBackupAndRestore(t *testing.T) {
 	})
 	var bad string // a snapshot whose local file is corrupted
 	t.Run("a snapshot that fails its checksum is refused", func(t *testing.T) {
+		e := e.For(t)
 		e.MustRun("cluster", "backup", "src")
 		var records []fkev1.BackupRecord
 		if err := json.Unmarshal([]byte(e.MustRun("cluster", "backups", "src", "-o", "json")), &records); err != nil || len(records) != 2 {
@@ -133,6 +135,7 @@ func TestEtcdBackupAndRestore(t *testing.T) {
 		}
 	})
 	t.Run("a cluster restored in place, when confirmed, holds the snapshot's objects", func(t *testing.T) {
+		e := e.For(t)
 		if out := e.RunFail("cluster", "restore", "src", "--from", "src/"+snap, "--in-place"); !strings.Contains(out, "--yes") {
 			t.Errorf("an unconfirmed restore in place:\n%s", out)
 		}
@@ -155,6 +158,7 @@ func TestEtcdBackupAndRestore(t *testing.T) {
 	})
 	bucket := s3Bucket(t)
 	t.Run("snapshots go to an S3 store too, and restore from there", func(t *testing.T) {
+		e := e.For(t)
 		bucket.credentials(t, e, bucket.srv.SecretAccessKey)
 		var cl fkev1.Cluster
 		key := client.ObjectKey{Namespace: "default", Name: "src"}
@@ -216,6 +220,7 @@ func TestEtcdBackupAndRestore(t *testing.T) {
 		e.MustRun("cluster", "delete", "from-s3")
 
 		t.Run("an object tampered with in the bucket is refused", func(t *testing.T) {
+			e := e.For(t)
 			removeLocal(t, e, newest.Name) // the download above kept a local copy
 			bucket.tamper(t, newest.Name)
 			e.MustRun("cluster", "restore", "tampered", "--from", "src/"+newest.Name)
@@ -242,6 +247,7 @@ func TestEtcdBackupAndRestore(t *testing.T) {
 		})
 	})
 	t.Run("an upload refused for wrong credentials is reported, keeps the local snapshot and is retried", func(t *testing.T) {
+		e := e.For(t)
 		bucket.credentials(t, e, "not-the-secret")
 		out := e.RunFail("cluster", "backup", "src")
 		if !strings.Contains(out, "SignatureDoesNotMatch") || !strings.Contains(out, "the local snapshots are kept") {
@@ -269,6 +275,7 @@ func TestEtcdBackupAndRestore(t *testing.T) {
 		}
 	})
 	t.Run("scheduled snapshots keep spec.backup.retain", func(t *testing.T) {
+		e := e.For(t)
 		var cl fkev1.Cluster
 		key := client.ObjectKey{Namespace: "default", Name: "src"}
 		if err := e.Client().Get(ctx, key, &cl); err != nil {
@@ -306,6 +313,7 @@ func TestEtcdBackupAndRestore(t *testing.T) {
 		}
 	})
 	t.Run("a deleted cluster's snapshot still restores, with its keys", func(t *testing.T) {
+		e := e.For(t)
 		var cl fkev1.Cluster
 		key := client.ObjectKey{Namespace: "default", Name: "src"}
 		if err := e.Client().Get(ctx, key, &cl); err != nil {

@@ -109,6 +109,7 @@ func TestCrashRecovery(t *testing.T) {
 		// 20 nodes for the manager (the case of issue 17), 5 more for each other.
 		replicas = map[bool]int{true: 20, false: replicas + 5}[i == 0]
 		t.Run(c.name, func(t *testing.T) {
+			e := e.For(t)
 			before := len(poolNodes(t, cs, "gpu"))
 			e.MustRun("nodepool", "scale", "crash/gpu", "--replicas", strconv.Itoa(replicas))
 			waitNewNode(t, cs, before)
@@ -143,6 +144,7 @@ func TestCrashRecovery(t *testing.T) {
 	}
 
 	t.Run("daemon", func(t *testing.T) {
+		e := e.For(t)
 		replicas += 5
 		before := len(poolNodes(t, cs, "gpu"))
 		e.MustRun("nodepool", "scale", "crash/gpu", "--replicas", strconv.Itoa(replicas))

@@ -147,6 +147,7 @@ func TestDeploy(t *testing.T) {
 	v1 := writeSource(t, map[string]string{"app.yaml": shopApp("settings", "v1", 2, 0)})
 
 	t.Run("bad input is refused and nothing is applied", func(t *testing.T) {
+		e := e.For(t)
 		badYAML := writeSource(t, map[string]string{"app.yaml": "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: a\n   labels: x\n"})
 		chart := writeSource(t, map[string]string{
 			"Chart.yaml":        "apiVersion: v2\nname: broken\nversion: 0.1.0\n",
@@ -177,6 +178,7 @@ func TestDeploy(t *testing.T) {
 	})
 
 	t.Run("deploy waits until every object is ready", func(t *testing.T) {
+		e := e.For(t)
 		start := time.Now()
 		out := e.MustRun("deploy", "-f", v1, "--cluster", "apps", "--name", "shop", "--timeout", "60s")
 		took := time.Since(start)
@@ -193,6 +195,7 @@ func TestDeploy(t *testing.T) {
 
 	v2 := writeSource(t, map[string]string{"app.yaml": shopApp("extra", "v2", 10, 1)})
 	t.Run("dry run shows the diff and the capacity, and changes nothing", func(t *testing.T) {
+		e := e.For(t)
 		out := e.MustRun("deploy", "-f", v2, "--cluster", "apps", "--name", "shop", "--dry-run")
 		for _, want := range []string{
 			"--- Deployment shop/web (changed)", "-  replicas: 2", "+  replicas: 10",
@@ -220,6 +223,7 @@ func TestDeploy(t *testing.T) {
 	})
 
 	t.Run("without --prune old objects stay, with --prune they go", func(t *testing.T) {
+		e := e.For(t)
 		e.MustRun("deploy", "-f", v2, "--cluster", "apps", "--name", "shop", "--timeout", "90s")
 		if err := deploymentReady(cs, "shop", "web", 10, "1"); err != nil {
 			t.Fatal(err)
@@ -240,6 +244,7 @@ func TestDeploy(t *testing.T) {
 	})
 
 	t.Run("a deploy that cannot become ready fails with the reason and rolls back", func(t *testing.T) {
+		e := e.For(t)
 		v3 := writeSource(t, map[string]string{"app.yaml": shopApp("extra", "v3", 1, 16)})
 		const timeout = 25 * time.Second
 		start := time.Now()
@@ -269,6 +274,7 @@ func TestDeploy(t *testing.T) {
 	})
 
 	t.Run("a failed Job fails the deploy", func(t *testing.T) {
+		e := e.For(t)
 		job := writeSource(t, map[string]string{"job.yaml": `apiVersion: batch/v1
 kind: Job
 metadata:
@@ -292,6 +298,7 @@ spec:
 	})
 
 	t.Run("a first deploy that fails with --rollback-on-failure removes what it created", func(t *testing.T) {
+		e := e.For(t)
 		// A ConfigMap made by hand before: the deploy adopts it, the
 		// removal leaves it (it was not the deploy's to delete).
 		handmade := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "handmade", Namespace: "default"}, Data: map[string]string{"mode": "by hand"}}
@@ -363,6 +370,7 @@ spec:
 	})
 
 	t.Run("dry run of a smaller app shows the nodes it frees", func(t *testing.T) {
+		e := e.For(t)
 		// 10 pods × 1 GPU run on the 2 GPU nodes; v1 has 2 CPU-only pods.
 		out := e.MustRun("deploy", "-f", v1, "--cluster", "apps", "--name", "shop", "--prune", "--dry-run")
 		for _, want := range []string{
@@ -380,6 +388,7 @@ spec:
 	})
 
 	t.Run("rollback by command", func(t *testing.T) {
+		e := e.For(t)
 		out := e.MustRun("rollback", "--cluster", "apps", "--name", "shop", "--to", "1", "--timeout", "60s")
 		if !strings.Contains(out, "release shop revision 6: every object is ready") || !strings.Contains(out, "pruned    ConfigMap shop/extra") {
 			t.Fatalf("rollback output:\n%s", out)
@@ -397,6 +406,7 @@ spec:
 	})
 
 	t.Run("a Helm chart with values and --set", func(t *testing.T) {
+		e := e.For(t)
 		chart := writeSource(t, map[string]string{
 			"Chart.yaml":  "apiVersion: v2\nname: api\nversion: 0.1.0\n",
 			"values.yaml": "replicas: 1\nmessage: default\n",
@@ -435,6 +445,7 @@ spec:
 	})
 
 	t.Run("a kustomization", func(t *testing.T) {
+		e := e.For(t)
 		kust := writeSource(t, map[string]string{
 			"base/cm.yaml":            "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: settings\ndata:\n  mode: base\n",
 			"base/kustomization.yaml": "resources:\n- cm.yaml\n",
@@ -457,6 +468,7 @@ spec:
 	})
 
 	t.Run("a CRD and its objects in one source: CRD first, then the rest", func(t *testing.T) {
+		e := e.For(t)
 		src := writeSource(t, map[string]string{"all.yaml": `apiVersion: v1
 kind: Namespace
 metadata:
@@ -506,6 +518,7 @@ spec:
 	})
 
 	t.Run("a CI runner with only a kubeconfig", func(t *testing.T) {
+		e := e.For(t)
 		kc := filepath.Join(t.TempDir(), "apps.kubeconfig")
 		if err := os.WriteFile(kc, []byte(e.MustRun("kubeconfig", "apps")), 0o600); err != nil {
 			t.Fatal(err)

@@ -82,6 +82,7 @@ func TestModelServingExample(t *testing.T) {
 	})
 
 	t.Run("the Release takes over and promotes dev to prod", func(t *testing.T) {
+		e := e.For(t)
 		repo := testenv.NewGitRepo(t)
 		files := map[string]string{}
 		err := filepath.WalkDir(example, func(p string, d fs.DirEntry, err error) error {

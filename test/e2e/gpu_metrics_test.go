@@ -192,6 +192,7 @@ func TestGPUMetricsHPAOnKwokNodes(t *testing.T) {
 	})
 
 	t.Run("turned off, the adapter is removed and HPAs report the metric unavailable", func(t *testing.T) {
+		e := e.For(t)
 		setGPUMetrics(t, mc, false)
 		ag, err := aggregator.NewForConfig(e.TenantConfig("demo"))
 		if err != nil {

@@ -120,6 +120,7 @@ func TestRelease(t *testing.T) {
 	const soak = 8 * time.Second
 
 	t.Run("CEL refuses a bad URL and a stage without clusters", func(t *testing.T) {
+		e := e.For(t)
 		out := e.RunFail("release", "create", "bad", "--repo", "ftp://example.com/x", "--stage", "dev=dev")
 		if !strings.Contains(out, "url must start with https://, ssh:// or file:///") {
 			t.Errorf("want the URL rule in:\n%s", out)
@@ -148,6 +149,7 @@ func TestRelease(t *testing.T) {
 
 	c2 := repo.Commit(t, "v2", releaseApp("v2", false))
 	t.Run("a new commit goes to dev at once on sync; prod waits for the soak", func(t *testing.T) {
+		e := e.For(t)
 		start := time.Now()
 		e.MustRun("release", "sync", "shop", "--wait")
 		testenv.Eventually(t, 60*time.Second, "dev runs v2", func() error { return stageRuns(getRelease(t, c, "shop"), "dev", c2) })
@@ -163,6 +165,7 @@ func TestRelease(t *testing.T) {
 	})
 
 	t.Run("a broken commit is rolled back in dev and never reaches prod", func(t *testing.T) {
+		e := e.For(t)
 		c3 := repo.Commit(t, "v3 broken", releaseApp("v3", true))
 		e.MustRun("release", "sync", "shop", "--wait")
 		testenv.Eventually(t, 90*time.Second, "dev rolled back", func() error {
@@ -249,6 +252,7 @@ func TestRelease(t *testing.T) {
 	})
 
 	t.Run("approval, suspend and resume", func(t *testing.T) {
+		e := e.For(t)
 		rel := getRelease(t, c, "shop")
 		patch := client.MergeFrom(rel.DeepCopy())
 		rel.Spec.Stages[1].RequireApproval = true
@@ -282,6 +286,7 @@ func TestRelease(t *testing.T) {
 	})
 
 	t.Run("a new path for a stage applies its revision again", func(t *testing.T) {
+		e := e.For(t)
 		files := releaseApp("v5", false)
 		alt := releaseApp("v5-alt", false)
 		files["alt/app.yaml"] = alt["app/app.yaml"]
@@ -306,6 +311,7 @@ func TestRelease(t *testing.T) {
 	})
 
 	t.Run("bad sources: a condition names the problem and nothing moves", func(t *testing.T) {
+		e := e.For(t)
 		good := getRelease(t, c, "shop").Status.Revision
 		repo.Commit(t, "invalid YAML", map[string]string{"app/app.yaml": "kind: ConfigMap\n  metadata: [\n"})
 		e.MustRun("release", "sync", "shop", "--wait")
@@ -418,6 +424,7 @@ func TestReleaseUnhealthyAfterSync(t *testing.T) {
 	const soak, unhealthyTimeout = 20 * time.Second, 6 * time.Second
 
 	t.Run("CEL refuses an unhealthy timeout out of bounds", func(t *testing.T) {
+		e := e.For(t)
 		out := e.RunFail("release", "create", "bad", "--repo", repo.URL(), "--stage", "dev=dev", "--unhealthy-timeout", "48h")
 		if !strings.Contains(out, "unhealthyTimeout must be between 1s and 24h") {
 			t.Errorf("want the unhealthyTimeout rule in:\n%s", out)
@@ -433,6 +440,7 @@ func TestReleaseUnhealthyAfterSync(t *testing.T) {
 	testenv.Eventually(t, 60*time.Second, "dev runs v2", func() error { return stageRuns(getRelease(t, c, "shop"), "dev", c2) })
 
 	t.Run("v2 turns unhealthy in dev: rolled back to v1 after the timeout, never promoted", func(t *testing.T) {
+		e := e.For(t)
 		setPodsOf(t, dev, "v2", true)
 		broke := time.Now()
 		testenv.Eventually(t, 60*time.Second, "dev rolled back to v1", func() error {

@@ -42,6 +42,7 @@ func TestNodeRepair(t *testing.T) {
 	nodes := testenv.WaitReadyNodes(t, cs, 4)
 
 	t.Run("a NotReady node is replaced", func(t *testing.T) {
+		e := e.For(t)
 		dead := nodes[0]
 		start := time.Now()
 		stopKubelet(t, cs, dead)
@@ -56,6 +57,7 @@ func TestNodeRepair(t *testing.T) {
 		waitEvent(t, e, "Repairing", "NodeNotReady")
 	})
 	t.Run("with half the pool down, repair stops and says so", func(t *testing.T) {
+		e := e.For(t)
 		nodes := testenv.WaitReadyNodes(t, cs, 4)
 		down := nodes[:2]
 		for _, n := range down {

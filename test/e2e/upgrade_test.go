@@ -93,6 +93,7 @@ func TestClusterUpgrade(t *testing.T) {
 	testenv.Eventually(t, time.Minute, "web available", available)
 
 	t.Run("refused: skipping a minor, downgrading, nodes newer than the control plane", func(t *testing.T) {
+		e := e.For(t)
 		c := e.Client()
 		cl := e.Cluster("up")
 		cl.Spec.Version = "v1.38.0"
@@ -196,6 +197,7 @@ func TestClusterUpgrade(t *testing.T) {
 	}
 
 	t.Run("automatic upgrades start only inside the maintenance window", func(t *testing.T) {
+		e := e.For(t)
 		now := time.Now().UTC()
 		open := now.Add(-10*time.Minute).Format("15:04") + "/1h"
 		closed := now.Add(6*time.Hour).Format("15:04") + "/1h"
@@ -217,6 +219,7 @@ func TestClusterUpgrade(t *testing.T) {
 	})
 
 	t.Run("a manager killed in the middle of an upgrade finishes it once restarted", func(t *testing.T) {
+		e := e.For(t)
 		upgradeAcrossManagerRestart(t, e, "later", old, cur)
 	})
 }

@@ -121,6 +121,7 @@ func TestVerticalPodAutoscaler(t *testing.T) {
 	t.Logf("FIGURE recommendation -> both pods recreated with it (updater every 15 s): %s", time.Since(start).Round(100*time.Millisecond))
 
 	t.Run("turned off, the VPA leaves and pods are admitted unchanged", func(t *testing.T) {
+		e := e.For(t)
 		c := e.Client()
 		cl := e.Cluster("vpa")
 		cl.Spec.Addons.VerticalPodAutoscaler.Enabled = false

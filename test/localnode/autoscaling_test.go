@@ -165,6 +165,7 @@ func TestWorkloadAutoscaling(t *testing.T) {
 	})
 
 	t.Run("turned off, it is removed; turned on, it comes back", func(t *testing.T) {
+		e := e.For(t)
 		setMetricsServer(t, mc, false)
 		testenv.Eventually(t, time.Minute, "metrics-server removed", func() error {
 			cl := getCluster(t, mc)

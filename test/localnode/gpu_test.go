@@ -219,6 +219,7 @@ func TestLocalGPUNodes(t *testing.T) {
 		})
 	})
 	t.Run("time-slicing: the pool's setting changes without a new node; 4 pods share one GPU", func(t *testing.T) {
+		e := e.For(t)
 		var np fkev1.NodePool
 		key := client.ObjectKey{Namespace: "default", Name: fkev1.NodePoolObjectName("gpu", "h100")}
 		if err := e.Client().Get(t.Context(), key, &np); err != nil {
@@ -285,6 +286,7 @@ func TestLocalGPUNodes(t *testing.T) {
 		testenv.Eventually(t, time.Minute, "GPUHealthMonitorFailed False", monitorFailed(corev1.ConditionFalse))
 	})
 	t.Run("a node whose GPU does not recover is repaired", func(t *testing.T) {
+		e := e.For(t)
 		var np fkev1.NodePool
 		key := client.ObjectKey{Namespace: "default", Name: fkev1.NodePoolObjectName("gpu", "h100")}
 		if err := e.Client().Get(t.Context(), key, &np); err != nil {
@@ -330,6 +332,7 @@ func TestLocalGPUNodes(t *testing.T) {
 		node = replacement
 	})
 	t.Run("the autoscaler grows a local GPU pool from zero, one node at a time, and removes it when idle", func(t *testing.T) {
+		e := e.For(t)
 		e.MustRun("nodepool", "create", "gpu/auto", "--provider", "local", "--instance-type", "gpu-h100x8",
 			"--min", "0", "--max", "2", "--scale-down-unneeded-time", "5s")
 		pod := &corev1.Pod{
@@ -383,6 +386,7 @@ func TestLocalGPUNodes(t *testing.T) {
 		})
 	})
 	t.Run("the chain on real nodes: GPU load scales the HPA out, the autoscaler adds a local GPU node, and back", func(t *testing.T) {
+		e := e.For(t)
 		// Pool auto (local gpu-h100x8, 0..2, 5 s unneeded) is at zero again.
 		labels := map[string]string{"app": "chain"}
 		deploy := &appsv1.Deployment{

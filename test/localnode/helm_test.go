@@ -110,6 +110,7 @@ func TestHelmChart(t *testing.T) {
 	t.Logf("FIGURE helm install -> manager holds the leader Lease: %s", time.Since(start).Round(10*time.Millisecond))
 
 	t.Run("the chart's CRDs are established", func(t *testing.T) {
+		e := e.For(t)
 		crds, err := crd.All()
 		if err != nil {
 			t.Fatal(err)
@@ -130,6 +131,7 @@ func TestHelmChart(t *testing.T) {
 		}
 	})
 	t.Run("the manager reconciles a NodePool with the chart's RBAC", func(t *testing.T) {
+		e := e.For(t)
 		reconcilePool(t, e)
 	})
 	t.Run("the metrics Service serves the leader's metrics", func(t *testing.T) {

@@ -143,9 +143,11 @@ func testHostedClusters(t *testing.T, e *testenv.Env, cs kubernetes.Interface, m
 		}
 	})
 	t.Run("a hosted cluster upgrades a minor with its API answering", func(t *testing.T) {
+		e := e.For(t)
 		testHostedUpgrade(t, e, c, mgmtKubeconfig, "hosted-b", cfgs["hosted-b"])
 	})
 	t.Run("a hosted cluster's snapshot restores into a new hosted cluster", func(t *testing.T) {
+		e := e.For(t)
 		// Through the manager in its pod: the snapshot exports hosted-b's
 		// keys from the shared etcd; the restore imports them under
 		// hosted-c's prefix before its API server starts.
@@ -254,6 +256,7 @@ func testHostedClusters(t *testing.T, e *testenv.Env, cs kubernetes.Interface, m
 		}
 	})
 	t.Run("a host joined to a hosted cluster runs a pod", func(t *testing.T) {
+		e := e.For(t)
 		tcs := kubernetes.NewForConfigOrDie(cfgs["hosted-a"])
 		file := filepath.Join(t.TempDir(), "bootstrap.yaml")
 		data := e.MustRun("--kubeconfig", mgmtKubeconfig, "node", "bootstrap-file", "hosted-a", "--pool", "metal")

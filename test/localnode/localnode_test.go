@@ -199,6 +199,7 @@ func TestLocalNodes(t *testing.T) {
 		}
 	})
 	t.Run("logs and exec", func(t *testing.T) {
+		e := e.For(t)
 		if logs := podLogs(t, cs, "server"); !strings.Contains(logs, "serving on :8080") {
 			t.Errorf("server logs %q", logs)
 		}
@@ -212,6 +213,7 @@ func TestLocalNodes(t *testing.T) {
 		})
 	})
 	t.Run("port-forward and attach", func(t *testing.T) {
+		e := e.For(t)
 		testPortForward(t, e.TenantConfig("demo"), cs, "server")
 		testAttach(t, e.TenantConfig("demo"), cs, "server", server.Status.PodIP)
 	})
@@ -241,9 +243,11 @@ func TestLocalNodes(t *testing.T) {
 		testFrozenKubelet(t, cs, b.Name)
 	})
 	t.Run("a node that fails to start is reported on its Machine", func(t *testing.T) {
+		e := e.For(t)
 		testFailedLaunch(t, e, images[1])
 	})
 	t.Run("a node's credentials cannot modify another Node", func(t *testing.T) {
+		e := e.For(t)
 		kc := filepath.Join(e.DataDir, "nodes", "default", "demo", a.Name, "config", "kubelet.kubeconfig")
 		cfg, err := clientcmd.BuildConfigFromFlags("", kc)
 		if err != nil {
@@ -259,6 +263,7 @@ func TestLocalNodes(t *testing.T) {
 		}
 	})
 	t.Run("an expired bootstrap token cannot join", func(t *testing.T) {
+		e := e.For(t)
 		tok := bootstrap.Token{ID: "expire", Secret: "0123456789abcdef", Expires: time.Now().Add(-time.Minute)}
 		if _, err := cs.CoreV1().Secrets("kube-system").Create(t.Context(), bootstrap.TokenSecret(tok, "cpu"), metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
@@ -272,6 +277,7 @@ func TestLocalNodes(t *testing.T) {
 		}
 	})
 	t.Run("a host joined with fke node join runs a pod", func(t *testing.T) {
+		e := e.For(t)
 		file := filepath.Join(t.TempDir(), "bootstrap.yaml")
 		data := e.MustRun("node", "bootstrap-file", "demo", "--pool", "metal")
 		if !strings.Contains(data, "registry: "+registry) && !strings.Contains(data, "registry: \""+registry) {
@@ -326,6 +332,7 @@ func TestLocalNodes(t *testing.T) {
 		})
 	})
 	t.Run("a manager crash leaves the nodes and their pods running", func(t *testing.T) {
+		e := e.For(t)
 		before, err := cs.CoreV1().Pods("default").Get(t.Context(), "server", metav1.GetOptions{})
 		if err != nil {
 			t.Fatal(err)
@@ -375,6 +382,7 @@ func TestLocalNodes(t *testing.T) {
 		})
 	})
 	t.Run("a second cluster with a local node runs beside this one and leaves nothing when deleted", func(t *testing.T) {
+		e := e.For(t)
 		testSecondCluster(t, e, cs, len(nodes))
 	})
 	t.Run("idle memory per node", func(t *testing.T) {
@@ -383,6 +391,7 @@ func TestLocalNodes(t *testing.T) {
 		}
 	})
 	t.Run("scaling down removes a node and leaves nothing of it", func(t *testing.T) {
+		e := e.For(t)
 		e.MustRun("nodepool", "scale", "demo/cpu", "--replicas", "1", "--wait")
 		var gone *corev1.Node
 		testenv.Eventually(t, 2*time.Minute, "one node left", func() error {
@@ -427,9 +436,11 @@ func TestLocalNodes(t *testing.T) {
 		})
 	})
 	t.Run("a node whose kubelet stays stopped is repaired", func(t *testing.T) {
+		e := e.For(t)
 		testStoppedKubeletRepaired(t, e, cs)
 	})
 	t.Run("the autoscaler grows a local pool from zero for a pending pod", func(t *testing.T) {
+		e := e.For(t)
 		e.MustRun("nodepool", "create", "demo/auto", "--provider", "local", "--instance-type", "cpu-small", "--min", "0", "--max", "1")
 		pod := &corev1.Pod{
 			ObjectMeta: metav1.ObjectMeta{Name: "wants-auto"},

@@ -165,6 +165,14 @@ func (e *Env) Run(args ...string) (string, error) {
 	return out.String(), err
 }
 
+// For returns a copy of e that reports its failures to t: a subtest's
+// (a subtest that fails through its parent's T panics instead).
+func (e *Env) For(t testing.TB) *Env {
+	c := *e
+	c.T = t
+	return &c
+}
+
 // MustRun runs fke and fails the test on error.
 func (e *Env) MustRun(args ...string) string {
 	e.T.Helper()
