@@ -203,6 +203,11 @@ func testHostedClusters(t *testing.T, e *testenv.Env, cs kubernetes.Interface, m
 		})
 	})
 	t.Run("a kwok pool of a hosted cluster scales up from zero for a GPU pod", func(t *testing.T) {
+		defer func() {
+			if t.Failed() {
+				dumpHosted(t, cs) // the kwok pod beside the control plane
+			}
+		}()
 		// Simulated nodes of a hosted cluster are kept by a kwok Deployment
 		// next to its control plane; the autoscaler works unchanged.
 		np := &fkev1.NodePool{
