@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"testing"
@@ -61,28 +60,15 @@ func BenchmarkColdCreate(b *testing.B) {
 	}
 }
 
-// kwokctlCreates times n kwokctl clusters (binary runtime, every binary
-// given, a proxy on a closed loopback port so that nothing is downloaded),
-// each from `kwokctl create cluster` to its API server's /readyz, and
+// kwokctlCreates times n kwokctl clusters (see kwokctlRunner), each from `kwokctl create cluster` to its API server's /readyz, and
 // deleted before the next.
 func kwokctlCreates(b *testing.B, kwokctl, binDir string, n int) []time.Duration {
-	home := b.TempDir()
-	env := append(os.Environ(), "KWOK_WORKDIR="+home, "HTTPS_PROXY=http://127.0.0.1:1", "HTTP_PROXY=http://127.0.0.1:1")
-	run := func(args ...string) {
-		cmd := exec.Command(kwokctl, args...)
-		cmd.Env = env
-		if out, err := cmd.CombinedOutput(); err != nil {
-			b.Fatalf("kwokctl %v: %v\n%s", args, err, out)
-		}
-	}
+	home, run := kwokctlRunner(b, kwokctl)
 	var ds []time.Duration
 	for i := range n {
 		name := fmt.Sprintf("cold-%d", i)
 		start := time.Now()
-		run("create", "cluster", "--name", name, "--runtime", "binary",
-			"--etcd-binary", binDir+"/etcd", "--kube-apiserver-binary", binDir+"/kube-apiserver",
-			"--kube-controller-manager-binary", binDir+"/kube-controller-manager", "--kube-scheduler-binary", binDir+"/kube-scheduler",
-			"--kwok-controller-binary", binDir+"/kwok")
+		run(kwokctlCreateArgs(name, binDir)...)
 		cfg, err := clientcmd.BuildConfigFromFlags("", filepath.Join(home, "clusters", name, "kubeconfig.yaml"))
 		if err != nil {
 			b.Fatal(err)

@@ -94,24 +94,13 @@ func BenchmarkDensity(b *testing.B) {
 // them. kwokctl is given every binary it runs, and a proxy on a closed
 // loopback port, so that it never downloads anything.
 func kwokctlDensity(b *testing.B, kwokctl, binDir string, n int) {
-	home := b.TempDir()
-	env := append(os.Environ(), "KWOK_WORKDIR="+home, "HTTPS_PROXY=http://127.0.0.1:1", "HTTP_PROXY=http://127.0.0.1:1")
-	run := func(args ...string) {
-		cmd := exec.Command(kwokctl, args...)
-		cmd.Env = env
-		if out, err := cmd.CombinedOutput(); err != nil {
-			b.Fatalf("kwokctl %v: %v\n%s", args, err, out)
-		}
-	}
+	home, run := kwokctlRunner(b, kwokctl)
 	before := memAvailableMB(b)
 	start := time.Now()
 	for i := range n {
 		name := fmt.Sprintf("k%02d", i)
 		b.Cleanup(func() { run("delete", "cluster", "--name", name) })
-		run("create", "cluster", "--name", name, "--runtime", "binary", "--wait", "10m",
-			"--etcd-binary", binDir+"/etcd", "--kube-apiserver-binary", binDir+"/kube-apiserver",
-			"--kube-controller-manager-binary", binDir+"/kube-controller-manager", "--kube-scheduler-binary", binDir+"/kube-scheduler",
-			"--kwok-controller-binary", binDir+"/kwok")
+		run(append(kwokctlCreateArgs(name, binDir), "--wait", "10m")...)
 	}
 	allReady := time.Since(start)
 	time.Sleep(60 * time.Second) // a settling period for idle memory, not a wait for state
@@ -134,6 +123,30 @@ func kwokctlDensity(b *testing.B, kwokctl, binDir string, n int) {
 	b.Logf("kwokctl: %d clusters created one after the other in %s", n, allReady.Round(100*time.Millisecond))
 	b.Logf("kwokctl per cluster (etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok): RSS %.0f, PSS %.0f, anonymous %.0f MB", sum.rss/per, sum.pss/per, sum.anon/per)
 	b.Logf("kwokctl: MemAvailable %.0f -> %.0f MB: %.0f MB per cluster", before, after, (before-after)/per)
+}
+
+// kwokctlRunner returns a kwokctl work directory of b's and a function
+// that runs kwokctl there, failing b when it fails. kwokctl gets a proxy
+// on a closed loopback port, so that it never downloads anything.
+func kwokctlRunner(b *testing.B, kwokctl string) (home string, run func(args ...string)) {
+	home = b.TempDir()
+	env := append(os.Environ(), "KWOK_WORKDIR="+home, "HTTPS_PROXY=http://127.0.0.1:1", "HTTP_PROXY=http://127.0.0.1:1")
+	return home, func(args ...string) {
+		cmd := exec.Command(kwokctl, args...)
+		cmd.Env = env
+		if out, err := cmd.CombinedOutput(); err != nil {
+			b.Fatalf("kwokctl %v: %v\n%s", args, err, out)
+		}
+	}
+}
+
+// kwokctlCreateArgs create cluster name with the binary runtime and every
+// binary it runs taken from binDir.
+func kwokctlCreateArgs(name, binDir string) []string {
+	return []string{"create", "cluster", "--name", name, "--runtime", "binary",
+		"--etcd-binary", binDir + "/etcd", "--kube-apiserver-binary", binDir + "/kube-apiserver",
+		"--kube-controller-manager-binary", binDir + "/kube-controller-manager", "--kube-scheduler-binary", binDir + "/kube-scheduler",
+		"--kwok-controller-binary", binDir + "/kwok"}
 }
 
 // tenantMem is memory summed over processes, in MB.
