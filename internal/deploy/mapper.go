@@ -11,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/dynamic"
+	"sigs.k8s.io/cli-utils/pkg/kstatus/status"
 	"sigs.k8s.io/cli-utils/pkg/object"
 )
 
@@ -49,16 +50,11 @@ func newCRDMapper(inner meta.ResettableRESTMapper, dyn dynamic.Interface) *crdMa
 	}
 }
 
-// crdEstablished reports whether crd has condition Established=True (pure).
+// crdEstablished reports whether crd is Established, as kstatus reads a
+// CRD's conditions (Current) (pure).
 func crdEstablished(crd *unstructured.Unstructured) bool {
-	conds, _, _ := unstructured.NestedSlice(crd.Object, "status", "conditions")
-	for _, c := range conds {
-		m, _ := c.(map[string]any)
-		if m["type"] == "Established" && m["status"] == "True" {
-			return true
-		}
-	}
-	return false
+	st, err := status.Compute(crd)
+	return err == nil && st.Status == status.CurrentStatus
 }
 
 // expect sets the kinds defined by the CRDs among objs (replacing the
@@ -66,7 +62,10 @@ func crdEstablished(crd *unstructured.Unstructured) bool {
 func (m *crdMapper) expect(objs []*unstructured.Unstructured) {
 	crds := map[schema.GroupKind]string{}
 	for _, o := range objs {
-		if gk, ok := object.GetCRDGroupKind(o); ok && object.IsCRD(o) {
+		if !object.IsCRD(o) {
+			continue
+		}
+		if gk, ok := object.GetCRDGroupKind(o); ok {
 			crds[gk] = o.GetName()
 		}
 	}

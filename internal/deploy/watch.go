@@ -4,7 +4,6 @@ import (
 	"context"
 	"time"
 
-	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	pollevent "sigs.k8s.io/cli-utils/pkg/kstatus/polling/event"
 	"sigs.k8s.io/cli-utils/pkg/kstatus/status"
@@ -149,13 +148,8 @@ func (c *Cluster) statusWatcher() watcher.StatusWatcher {
 	return &rereadingWatcher{
 		inner:    watcher.NewDefaultStatusWatcher(c.Dynamic, c.Mapper),
 		interval: RereadInterval,
-		read: func(ctx context.Context, id object.ObjMetadata) (*unstructured.Unstructured, error) {
-			obj, err := c.live(ctx, id)
-			if meta.IsNoMatchError(err) {
-				// A CRD of this apply may have come since discovery was read.
-				meta.MaybeResetRESTMapper(c.Mapper)
-			}
-			return obj, err
-		},
+		// A kind whose CRD this apply brings is mapped once discovery
+		// serves it (crdMapper).
+		read: c.live,
 	}
 }
