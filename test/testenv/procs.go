@@ -119,11 +119,11 @@ func procNetAddr(s string) (string, error) {
 // (combined) or one per component (separate).
 func PlaneProcs(t testing.TB, dir string) int {
 	t.Helper()
-	data, err := os.ReadFile(filepath.Join(dir, local.LayoutFileName))
+	l, err := local.RecordedLayout(dir)
 	if err != nil {
-		t.Fatalf("reading the process layout of the plane in %s: %v", dir, err)
+		t.Fatalf("plane in %s: %v", dir, err)
 	}
-	switch l := strings.TrimSpace(string(data)); l {
+	switch l {
 	case local.LayoutCombined:
 		return 1
 	case local.LayoutSeparate:

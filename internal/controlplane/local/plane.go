@@ -31,15 +31,28 @@ const (
 	LayoutSeparate = "separate"
 )
 
-// LayoutFileName is the file in a control plane's data directory that
+// layoutFileName is the file in a control plane's data directory that
 // records its layout.
-const LayoutFileName = "processes"
+const layoutFileName = "processes"
 
 // planeProcess names the combined plane's process (key/plane).
 const planeProcess = "plane"
 
 // layoutFile records a control plane's layout in its data directory.
-func (l layout) layoutFile() string { return filepath.Join(l.root, LayoutFileName) }
+func (l layout) layoutFile() string { return filepath.Join(l.root, layoutFileName) }
+
+// RecordedLayout returns the layout recorded in the data directory dir of
+// a control plane (LayoutCombined or LayoutSeparate), or "" when none is.
+func RecordedLayout(dir string) (string, error) {
+	data, err := os.ReadFile(filepath.Join(dir, layoutFileName))
+	if errors.Is(err, os.ErrNotExist) {
+		return "", nil
+	}
+	if err != nil {
+		return "", fmt.Errorf("reading the process layout: %w", err)
+	}
+	return strings.TrimSpace(string(data)), nil
+}
 
 // chooseLayout decides the layout of a control plane (pure): the recorded
 // one when there is one; else separate for a plane that already has data
@@ -64,9 +77,9 @@ func chooseLayout(recorded string, planeOffered, hasData bool, componentVersions
 // layoutOf returns the layout of spec's plane, recording it on the plane's
 // first start; r.mu is held.
 func (r *Runtime) layoutOf(spec controlplane.Spec, l layout) (string, error) {
-	recorded, err := os.ReadFile(l.layoutFile())
-	if err != nil && !errors.Is(err, os.ErrNotExist) {
-		return "", fmt.Errorf("reading the process layout of %s: %w", spec.Key, err)
+	recorded, err := RecordedLayout(l.root)
+	if err != nil {
+		return "", fmt.Errorf("control plane %s: %w", spec.Key, err)
 	}
 	_, statErr := os.Stat(l.etcdData())
 	hasData := statErr == nil
@@ -74,8 +87,8 @@ func (r *Runtime) layoutOf(spec controlplane.Spec, l layout) (string, error) {
 	for _, c := range controlplane.Components[1:] {
 		vs = append(vs, startVersion(spec, c))
 	}
-	chosen := chooseLayout(strings.TrimSpace(string(recorded)), r.plane != "", hasData, vs)
-	if chosen != strings.TrimSpace(string(recorded)) {
+	chosen := chooseLayout(recorded, r.plane != "", hasData, vs)
+	if chosen != recorded {
 		if err := os.WriteFile(l.layoutFile(), []byte(chosen+"\n"), 0o600); err != nil {
 			return "", fmt.Errorf("recording the process layout of %s: %w", spec.Key, err)
 		}
