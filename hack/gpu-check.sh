@@ -113,13 +113,26 @@ run_container() { # NAME BUNDLE-ARGS... -- COMMAND...
 	"$RUNC" --root "$OUT/runc-state" delete -f "fke-gpu-check-$name-$$" >/dev/null 2>&1 || true
 	return $rc
 }
+deps=$("$BUNDLE" --deps "$SMI") || fail "reading what $SMI needs failed"
+interp=$(head -1 <<<"$deps")
+log "$SMI needs: $(tr '\n' ' ' <<<"$deps")"
+log "container given $want: what it sees"
+# shellcheck disable=SC2086 # one path per word
+run_container gpu-inspect --allocation "$OUT/alloc.json" --with "$SMI" -- /check inspect /usr/bin/nvidia-smi $deps || fail "inspect failed"
 log "container given $want: nvidia-smi -L"
-run_container gpu --allocation "$OUT/alloc.json" --with "$SMI" -- /usr/bin/nvidia-smi -L || fail "nvidia-smi in the container failed"
+if ! run_container gpu --allocation "$OUT/alloc.json" --with "$SMI" -- /usr/bin/nvidia-smi -L; then
+	log "nvidia-smi in the container failed; what the host has:"
+	ls -la "$SMI" "$interp" >&2 || true
+	log "file system of $OUT: $(stat -f -c %T "$OUT") ($(df -P "$OUT" | tail -1))"
+	log "root file system of the bundle:"
+	(cd "$OUT/gpu/rootfs" && find . -maxdepth 4 -printf '%y %m %s %p %l\n' | head -80) >&2
+	log "the same, run through its loader ($interp):"
+	run_container gpu-loader --allocation "$OUT/alloc.json" --with "$SMI" -- "$interp" /usr/bin/nvidia-smi -L || true
+	fail "nvidia-smi in the container failed"
+fi
 listed=$(grep -c '^GPU [0-9]' "$OUT/gpu.out" || true)
 [[ "$listed" == 1 ]] || fail "the container lists $listed GPUs, want exactly 1"
 grep -q "$want" "$OUT/gpu.out" || fail "the container lists another GPU than $want"
-log "container given $want: what it sees"
-run_container gpu-inspect --allocation "$OUT/alloc.json" -- /check inspect || fail "inspect failed"
 log "container given no GPU: what it sees"
 run_container none -- /check inspect || fail "inspect failed"
 grep -q '"devices": null' "$OUT/none.out" || fail "a container without GPUs sees NVIDIA devices"

@@ -4,7 +4,10 @@
 //
 //	bundle --allocation alloc.json --dir DIR -- /usr/bin/nvidia-smi -L
 //	bundle --dir DIR -- /check inspect        (a container given no GPU)
-//	check inspect                             (inside: what it can see)
+//	check inspect [PATH...]                   (inside: what it can see, and
+//	                                          whether each PATH is there)
+//	bundle --deps /usr/bin/nvidia-smi         (the loader and libraries
+//	                                          --with copies, one per line)
 //
 // The root filesystem holds this binary as /check (it is static) and the
 // loader and libraries that --with programs (nvidia-smi) need, copied from
@@ -37,13 +40,25 @@ type allocation struct {
 
 func main() {
 	if len(os.Args) > 1 && os.Args[1] == "inspect" {
-		inspect()
+		inspect(os.Args[2:])
 		return
 	}
 	allocFile := flag.String("allocation", "", "allocate output (none: a container given no GPU)")
 	dir := flag.String("dir", "", "bundle directory to create")
 	with := flag.String("with", "", "comma-separated host programs whose libraries the root filesystem needs (e.g. the host's nvidia-smi)")
+	deps := flag.String("deps", "", "print the loader and libraries --with copies for this host program, and exit")
 	flag.Parse()
+	if *deps != "" {
+		files, err := image.BinaryFiles(*deps, "/.with/"+path.Base(*deps))
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "bundle:", err)
+			os.Exit(1)
+		}
+		for _, f := range files[1:] {
+			fmt.Println(f.Path)
+		}
+		return
+	}
 	if *dir == "" || flag.NArg() == 0 {
 		fmt.Fprintln(os.Stderr, "usage: bundle [--allocation FILE] [--with PROGRAMS] --dir DIR -- COMMAND...")
 		os.Exit(2)
@@ -185,8 +200,10 @@ func containerSpec(resp *pluginapi.ContainerAllocateResponse, args []string) (*s
 }
 
 // inspect prints, from inside a container, the NVIDIA device nodes and
-// driver libraries it can see and the visible-devices variables.
-func inspect() {
+// driver libraries it can see, the visible-devices variables, and for each
+// of paths what is there (a file and its mode, a link and its target, or
+// missing).
+func inspect(paths []string) {
 	out := map[string]any{}
 	devs, _ := filepath.Glob("/dev/nvidia*")
 	caps, _ := filepath.Glob("/dev/nvidia-caps/*")
@@ -199,7 +216,30 @@ func inspect() {
 	out["nvml"] = libs
 	out["NVIDIA_VISIBLE_DEVICES"] = os.Getenv("NVIDIA_VISIBLE_DEVICES")
 	out["CUDA_VISIBLE_DEVICES"] = os.Getenv("CUDA_VISIBLE_DEVICES")
+	if len(paths) > 0 {
+		seen := map[string]string{}
+		for _, p := range paths {
+			seen[p] = describe(p)
+		}
+		out["paths"] = seen
+	}
 	enc := json.NewEncoder(os.Stdout)
 	enc.SetIndent("", "  ")
 	_ = enc.Encode(out)
+}
+
+// describe says what is at p, without following a final link.
+func describe(p string) string {
+	st, err := os.Lstat(p)
+	if err != nil {
+		return "missing (" + err.Error() + ")"
+	}
+	if st.Mode()&os.ModeSymlink != 0 {
+		target, _ := os.Readlink(p)
+		if _, err := os.Stat(p); err != nil {
+			return "link to " + target + " (dangling)"
+		}
+		return "link to " + target
+	}
+	return fmt.Sprintf("%v %d bytes", st.Mode(), st.Size())
 }

@@ -11,8 +11,10 @@ package driver
 
 import (
 	"bufio"
+	"debug/elf"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path"
@@ -43,7 +45,9 @@ var libraryPrefixes = []string{
 	"libGLX_nvidia.", "libEGL_nvidia.", "libGLESv1_CM_nvidia.", "libGLESv2_nvidia.",
 }
 
-// tools are the driver's programs a container may run, looked up in toolDirs.
+// tools are the driver's programs a container may run, looked up in toolDirs;
+// the first that is an ELF program counts (a host's wrapper script of the same
+// name cannot run in a container, which has neither its shell nor its target).
 var (
 	tools    = []string{"nvidia-smi", "nvidia-debugdump", "nvidia-persistenced", "nvidia-cuda-mps-control", "nvidia-cuda-mps-server"}
 	toolDirs = []string{"/usr/bin", "/usr/local/bin", "/usr/sbin", "/bin", "/usr/local/nvidia/bin"}
@@ -156,7 +160,7 @@ func Discover(root string, devs []nvml.Device) (*Driver, error) {
 	for _, t := range tools {
 		for _, dir := range toolDirs {
 			p := path.Join(dir, t)
-			if real, err := resolve(root, p); err == nil {
+			if real, err := resolve(root, p); err == nil && isELF(filepath.Join(root, real)) {
 				d.Tools = append(d.Tools, Mount{HostPath: real, ContainerPath: path.Join("/usr/bin", t)})
 				break
 			}
@@ -244,6 +248,18 @@ func capabilityMinor(file string) (int, error) {
 		return 0, err
 	}
 	return 0, fmt.Errorf("%s: no DeviceFileMinor", file)
+}
+
+// isELF says whether the file at p starts with the ELF magic number.
+func isELF(p string) bool {
+	f, err := os.Open(p)
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	magic := make([]byte, len(elf.ELFMAG))
+	_, err = io.ReadFull(f, magic)
+	return err == nil && string(magic) == elf.ELFMAG
 }
 
 func exists(root, p string) bool {

@@ -1,6 +1,7 @@
 package driver
 
 import (
+	"debug/elf"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -12,7 +13,9 @@ import (
 // hostRoot builds a host filesystem with a driver: GPUs with minors 0 and
 // 1 (the second with a MIG device), control nodes, a merged /usr (/lib is a
 // symlink to usr/lib), libraries behind soname symlinks, an i386 copy and
-// an unrelated library in the loader cache, and nvidia-smi.
+// an unrelated library in the loader cache, nvidia-smi as a program in
+// /usr/local/nvidia/bin behind a wrapper script in /usr/bin, and
+// nvidia-debugdump as a script only.
 func hostRoot(t *testing.T) string {
 	t.Helper()
 	root := t.TempDir()
@@ -48,7 +51,9 @@ func hostRoot(t *testing.T) string {
 	file("/usr/lib/i386-linux-gnu/libcuda.so.1", "cuda32")
 	file("/usr/lib/x86_64-linux-gnu/libz.so.1", "zlib")
 	link("usr/lib", "/lib")
-	file("/usr/bin/nvidia-smi", "smi")
+	file("/usr/bin/nvidia-smi", "#!/bin/sh\nexec /usr/local/nvidia/bin/nvidia-smi \"$@\"\n")
+	file("/usr/local/nvidia/bin/nvidia-smi", elf.ELFMAG+"smi")
+	file("/usr/bin/nvidia-debugdump", "#!/bin/sh\n")
 	arch := flagELFLibc6 | nativeArch()
 	cache := encodeCache([]CacheEntry{
 		{Name: "libcuda.so.1", Path: "/lib/x86_64-linux-gnu/libcuda.so.1", Flags: arch},
@@ -84,7 +89,7 @@ func TestDiscover(t *testing.T) {
 			{HostPath: "/usr/lib/x86_64-linux-gnu/libcuda.so.560.35.03", ContainerPath: "/lib/x86_64-linux-gnu/libcuda.so.1"},
 			{HostPath: "/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.560.35.03", ContainerPath: "/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1"},
 		},
-		Tools: []Mount{{HostPath: "/usr/bin/nvidia-smi", ContainerPath: "/usr/bin/nvidia-smi"}},
+		Tools: []Mount{{HostPath: "/usr/local/nvidia/bin/nvidia-smi", ContainerPath: "/usr/bin/nvidia-smi"}},
 	}
 	if !reflect.DeepEqual(d, want) {
 		t.Errorf("Discover:\n got %+v\nwant %+v", d, want)
