@@ -8,7 +8,11 @@
 #   nowatchcache  as embedded, with the API server's watch cache off
 #             (--watch-cache=false), to see what the cache holds;
 #   together  as embedded, starting the controller manager and scheduler
-#             beside the API server instead of once it serves.
+#             beside the API server instead of once it serves;
+#   seeded    as embedded, on a copy of the etcd data an embedded run of
+#             this round left (what a restart finds: every object the API
+#             server's post-start hooks create is there already; list
+#             embedded before it).
 # It starts fke with a data directory of its own, creates one cluster to
 # take its components' flags and files, stops fke, and then starts each
 # mode from a fresh etcd data directory with GOGC=50 (fke's setting),
@@ -86,6 +90,10 @@ printf '%-12s %-5s %-8s %s\n' mode round readyz memory_MB
 for round in $(seq "$rounds"); do
   for mode in $modes; do
     rm -rf "$etcd_data"
+    if [ "$mode" = seeded ]; then
+      [ -d "$work/seed" ] || { echo "seeded: run embedded before it" >&2; exit 2; }
+      cp -a "$work/seed" "$etcd_data"
+    fi
     t0=$(date +%s.%N)
     case $mode in
       separate)
@@ -96,7 +104,7 @@ for round in $(seq "$rounds"); do
       plane)
         start "$bin/etcd" $(args etcd)
         start "$plane" kube-apiserver $(args kube-apiserver) -- kube-controller-manager $(args kube-controller-manager) -- kube-scheduler $(args kube-scheduler) ;;
-      embedded)
+      embedded|seeded)
         start "$plane" etcd $(args etcd) -- kube-apiserver $(args kube-apiserver) -- kube-controller-manager $(args kube-controller-manager) -- kube-scheduler $(args kube-scheduler) ;;
       nowatchcache)
         start "$plane" etcd $(args etcd) -- kube-apiserver $(args kube-apiserver) --watch-cache=false -- kube-controller-manager $(args kube-controller-manager) -- kube-scheduler $(args kube-scheduler) ;;
@@ -115,5 +123,6 @@ for round in $(seq "$rounds"); do
     sleep "$idle" # the idle interval being measured
     printf '%-12s %-5s %-8.2f %s\n' "$mode" "$round" "$ready" "$(mem)"
     stop_all
+    if [ "$mode" = embedded ]; then rm -rf "$work/seed" && cp -a "$etcd_data" "$work/seed"; fi
   done
 done
