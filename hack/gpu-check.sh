@@ -6,14 +6,18 @@
 # /metrics once and checks the DCGM series are there. Then the container
 # check: the agent's answer for an allocation of one GPU (`allocate`) becomes
 # an OCI bundle (hack/gpu-check/bundle) run with runc, in which nvidia-smi -L
-# must list exactly that GPU; a container given no GPU must see no NVIDIA
-# device and no driver library. Needs an NVIDIA driver; no Kubernetes. Takes
+# must list exactly that GPU, and a CUDA program (hack/gpu-check/cudaprobe)
+# must find that GPU alone and fill and read back device memory on it; a
+# container given no GPU must see no NVIDIA device and no driver library,
+# and the CUDA program must find no driver. Needs an NVIDIA driver; no Kubernetes. Takes
 # well under a minute after the build.
 #
 # Environment: GO (default go), METRICS_PORT (default 19400), OUT (default a temp dir),
 # FKE_GPU_AGENT (a prebuilt agent binary: no Go toolchain needed then),
 # FKE_GPU_BUNDLE (a prebuilt static bundle tool), RUNC (default runc from PATH;
-# the container check is skipped, and says so, without runc or the bundle tool).
+# the container check is skipped, and says so, without runc or the bundle tool),
+# FKE_GPU_CUDAPROBE (a prebuilt hack/gpu-check/cudaprobe; else built with cc
+# when there is one, else its part is skipped and says so).
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
@@ -133,8 +137,27 @@ fi
 listed=$(grep -c '^GPU [0-9]' "$OUT/gpu.out" || true)
 [[ "$listed" == 1 ]] || fail "the container lists $listed GPUs, want exactly 1"
 grep -q "$want" "$OUT/gpu.out" || fail "the container lists another GPU than $want"
+PROBE=${FKE_GPU_CUDAPROBE:-}
+if [[ -z "$PROBE" ]] && command -v cc >/dev/null; then
+	PROBE="$OUT/cudaprobe"
+	cc -O2 -o "$PROBE" hack/gpu-check/cudaprobe/cudaprobe.c -ldl || fail "building cudaprobe failed"
+fi
+if [[ -n "$PROBE" ]]; then
+	log "container given $want: CUDA (cudaprobe)"
+	run_container gpu-cuda --allocation "$OUT/alloc.json" --with "$SMI" --add "$PROBE" -- /cudaprobe || fail "CUDA in the container failed"
+	grep -q '^devices: 1$' "$OUT/gpu-cuda.out" || fail "CUDA in the container does not see exactly 1 GPU"
+	grep -q "^$want .*: memset [0-9]* bytes ok$" "$OUT/gpu-cuda.out" || fail "CUDA in the container did not use $want"
+else
+	log "SKIP CUDA check: no cudaprobe (set FKE_GPU_CUDAPROBE) and no cc to build it"
+fi
 log "container given no GPU: what it sees"
 run_container none -- /check inspect || fail "inspect failed"
 grep -q '"devices": null' "$OUT/none.out" || fail "a container without GPUs sees NVIDIA devices"
 grep -q '"nvml": null' "$OUT/none.out" || fail "a container without GPUs sees the driver's NVML library"
+if [[ -n "$PROBE" ]]; then
+	log "container given no GPU: CUDA (cudaprobe)"
+	rc=0
+	run_container none-cuda --with "$SMI" --add "$PROBE" -- /cudaprobe || rc=$?
+	[[ $rc == 2 ]] || fail "cudaprobe in a container without GPUs exited $rc, want 2 (no CUDA driver)"
+fi
 log "PASS (outputs in $OUT)"

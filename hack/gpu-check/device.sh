@@ -7,13 +7,13 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 bin=${1:-_output/gpu-check}
 work=$(mktemp -d -t fke-gpu-bin.XXXXXX)
-for f in fke-gpu-agent bundle runc; do
+for f in fke-gpu-agent bundle runc cudaprobe; do
 	gunzip -c "$bin/$f.gz" >"$work/$f"
 	chmod +x "$work/$f"
 done
 out=$(mktemp -d -t fke-gpu-check.XXXXXX)
 rc=0
-OUT="$out" FKE_GPU_AGENT="$work/fke-gpu-agent" FKE_GPU_BUNDLE="$work/bundle" RUNC="$work/runc" GO=false \
+OUT="$out" FKE_GPU_AGENT="$work/fke-gpu-agent" FKE_GPU_BUNDLE="$work/bundle" RUNC="$work/runc" FKE_GPU_CUDAPROBE="$work/cudaprobe" GO=false \
 	hack/gpu-check.sh || rc=$?
 if [[ -n "${RESULTS:-}" ]]; then
 	mkdir -p "$RESULTS"

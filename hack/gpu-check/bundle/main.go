@@ -4,6 +4,7 @@
 //
 //	bundle --allocation alloc.json --dir DIR -- /usr/bin/nvidia-smi -L
 //	bundle --dir DIR -- /check inspect        (a container given no GPU)
+//	bundle --add ./cudaprobe ... -- /cudaprobe (a host program copied in)
 //	check inspect [PATH...]                   (inside: what it can see, and
 //	                                          whether each PATH is there)
 //	bundle --deps /usr/bin/nvidia-smi         (the loader and libraries
@@ -46,6 +47,7 @@ func main() {
 	allocFile := flag.String("allocation", "", "allocate output (none: a container given no GPU)")
 	dir := flag.String("dir", "", "bundle directory to create")
 	with := flag.String("with", "", "comma-separated host programs whose libraries the root filesystem needs (e.g. the host's nvidia-smi)")
+	add := flag.String("add", "", "comma-separated host programs copied into the root filesystem as /<name>, with their loader and libraries")
 	deps := flag.String("deps", "", "print the loader and libraries --with copies for this host program, and exit")
 	flag.Parse()
 	if *deps != "" {
@@ -63,13 +65,13 @@ func main() {
 		fmt.Fprintln(os.Stderr, "usage: bundle [--allocation FILE] [--with PROGRAMS] --dir DIR -- COMMAND...")
 		os.Exit(2)
 	}
-	if err := makeBundle(*dir, *allocFile, *with, flag.Args()); err != nil {
+	if err := makeBundle(*dir, *allocFile, *with, *add, flag.Args()); err != nil {
 		fmt.Fprintln(os.Stderr, "bundle:", err)
 		os.Exit(1)
 	}
 }
 
-func makeBundle(dir, allocFile, with string, args []string) error {
+func makeBundle(dir, allocFile, with, add string, args []string) error {
 	resp := &pluginapi.ContainerAllocateResponse{}
 	if allocFile != "" {
 		data, err := os.ReadFile(allocFile)
@@ -102,6 +104,16 @@ func makeBundle(dir, allocFile, with string, args []string) error {
 			return err
 		}
 		files = append(files, deps[1:]...) // its loader and libraries, not the program (the allocation mounts it)
+	}
+	for _, prog := range strings.Split(add, ",") {
+		if prog == "" {
+			continue
+		}
+		deps, err := image.BinaryFiles(prog, "/"+path.Base(prog))
+		if err != nil {
+			return err
+		}
+		files = append(files, deps...)
 	}
 	for _, f := range files {
 		p := filepath.Join(rootfs, f.Path)
