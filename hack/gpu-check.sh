@@ -26,6 +26,7 @@ PORT=${METRICS_PORT:-19400}
 OUT=${OUT:-$(mktemp -d -t fke-gpu-check.XXXXXX)}
 BIN="$OUT/fke-gpu-agent"
 AGENT_PID=""
+HOSTROOT=""
 
 log() { printf '[gpu-check] %s\n' "$*" >&2; }
 fail() { log "FAIL: $*"; exit 1; }
@@ -35,6 +36,9 @@ cleanup() {
 		kill "$AGENT_PID" 2>/dev/null || true
 		for _ in $(seq 1 50); do kill -0 "$AGENT_PID" 2>/dev/null || break; sleep 0.1; done
 		kill -9 "$AGENT_PID" 2>/dev/null || true
+	fi
+	if [[ -n "$HOSTROOT" ]]; then
+		umount -R "$HOSTROOT" 2>/dev/null || umount -R -l "$HOSTROOT" 2>/dev/null || true
 	fi
 }
 trap cleanup EXIT INT TERM
@@ -85,6 +89,32 @@ for m in DCGM_FI_DEV_GPU_UTIL DCGM_FI_DEV_FB_USED DCGM_FI_DEV_FB_FREE DCGM_FI_DE
 done
 log "agent log:"
 cat "$OUT/agent.log" >&2
+
+# --- the host seen from a container ---------------------------------------
+# On a node the agent runs in a DaemonSet with the host's / at /host and
+# --driver-root /host: it loads NVML through the host's loader cache and
+# answers with host paths. As root, mount / the same way (recursively) and
+# check that the answer is the one the agent gives from / itself.
+if [[ $(id -u) == 0 ]]; then
+	HOSTROOT="$OUT/hostroot"
+	mkdir -p "$HOSTROOT"
+	mount --rbind / "$HOSTROOT" && mount --make-rslave "$HOSTROOT" || fail "bind-mounting / failed"
+	log "driver root $HOSTROOT (as in the DaemonSet): info and allocate"
+	timeout 60 "$BIN" info --backend real --node-api=false --driver-root "$HOSTROOT" -o json >"$OUT/info-hostroot.json" \
+		|| fail "info with --driver-root failed"
+	cmp -s "$OUT/info.json" "$OUT/info-hostroot.json" || { diff "$OUT/info.json" "$OUT/info-hostroot.json" >&2; fail "info differs with --driver-root"; }
+	timeout 60 "$BIN" allocate --backend real --node-api=false --count 1 >"$OUT/alloc.json" || fail "allocate failed"
+	timeout 60 "$BIN" allocate --backend real --node-api=false --driver-root "$HOSTROOT" --count 1 >"$OUT/alloc-hostroot.json" \
+		|| fail "allocate with --driver-root failed"
+	cmp -s "$OUT/alloc.json" "$OUT/alloc-hostroot.json" || { diff "$OUT/alloc.json" "$OUT/alloc-hostroot.json" >&2; fail "the allocation differs with --driver-root"; }
+	log "same GPUs and the same allocation (host paths) through $HOSTROOT"
+	# lazily where a submount is still busy (the driver's files, which the
+	# metrics agent above has open)
+	umount -R "$HOSTROOT" 2>/dev/null || umount -R -l "$HOSTROOT" || fail "unmounting $HOSTROOT failed"
+	HOSTROOT=""
+else
+	log "SKIP driver-root check: needs root (to bind-mount /)"
+fi
 
 # --- container check -------------------------------------------------------
 RUNC=${RUNC:-$(command -v runc || true)}
