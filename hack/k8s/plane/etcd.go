@@ -46,10 +46,10 @@ func etcdConfig(args []string) (*embed.Config, error) {
 // serves, so the API server's own start (most of a plane's start) runs
 // beside etcd's. It sends an error to stopped when the server stops, or
 // when it stops before it served.
-func startEtcd(ctx context.Context, cfg *embed.Config, stopped chan<- error) error {
+func startEtcd(ctx context.Context, cfg *embed.Config, stopped chan<- error) (*embed.Etcd, error) {
 	e, err := embed.StartEtcd(cfg)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	go func() {
 		select {
@@ -70,5 +70,5 @@ func startEtcd(ctx context.Context, cfg *embed.Config, stopped chan<- error) err
 			e.Close()
 		}
 	}()
-	return nil
+	return e, nil
 }

@@ -8,7 +8,12 @@
 //
 // Usage (each component's flags are upstream's, unchanged):
 //
-//	fke-kube-plane [etcd FLAGS... --] kube-apiserver FLAGS... -- kube-controller-manager FLAGS... -- kube-scheduler FLAGS...
+//	fke-kube-plane [--seed=FILE] [etcd FLAGS... --] kube-apiserver FLAGS... -- kube-controller-manager FLAGS... -- kube-scheduler FLAGS...
+//
+// --seed (with etcd embedded) names a file of upstream's default objects
+// for a new cluster of this version (seed.go): planted into an empty
+// datastore when it exists, saved from the first plane that starts on an
+// empty one when it does not.
 //
 // With etcd named, the process also runs the tenant's etcd (upstream's
 // embedded server, go.etcd.io/etcd/server/v3/embed) and starts the API
@@ -35,10 +40,12 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"strings"
 	"time"
 	_ "time/tzdata" // CronJob time zones, as upstream's kube-controller-manager
 
 	"github.com/spf13/pflag"
+	"go.etcd.io/etcd/server/v3/embed"
 	utilerrors "k8s.io/apimachinery/pkg/util/errors"
 	genericapiserver "k8s.io/apiserver/pkg/server"
 	utilfeature "k8s.io/apiserver/pkg/util/feature"
@@ -50,6 +57,7 @@ import (
 	_ "k8s.io/component-base/logs/json/register"          // --logging-format=json, as upstream's binaries
 	_ "k8s.io/component-base/metrics/prometheus/clientgo" // client-go metrics, as upstream's binaries
 	_ "k8s.io/component-base/metrics/prometheus/version"  // the version metric, as upstream's binaries
+	"k8s.io/component-base/version"
 	apiserverapp "k8s.io/kubernetes/cmd/kube-apiserver/app"
 	apiserveroptions "k8s.io/kubernetes/cmd/kube-apiserver/app/options"
 	kcmapp "k8s.io/kubernetes/cmd/kube-controller-manager/app"
@@ -59,6 +67,7 @@ import (
 )
 
 const (
+	seedFlag          = "--seed="
 	etcdName          = "etcd"
 	apiServer         = "kube-apiserver"
 	controllerManager = "kube-controller-manager"
@@ -85,6 +94,8 @@ func splitArgs(argv []string) (map[string][]string, error) {
 		switch {
 		case a == "--":
 			cur = ""
+		case cur == "" && len(out) == 0 && strings.HasPrefix(a, seedFlag):
+			out[seedFlag] = []string{strings.TrimPrefix(a, seedFlag)}
 		case cur == "":
 			if a != etcdName && a != apiServer && a != controllerManager && a != scheduler {
 				return nil, fmt.Errorf("unknown component %q: want %s, %s, %s or %s", a, etcdName, apiServer, controllerManager, scheduler)
@@ -127,12 +138,13 @@ func run(args map[string][]string) error {
 	// Each component that stops sends its error here; the first ends the
 	// process.
 	stopped := make(chan error, 4)
+	var etcd *embed.Etcd
 	if etcdArgs, ok := args[etcdName]; ok {
 		cfg, err := etcdConfig(etcdArgs)
 		if err != nil {
 			return fmt.Errorf("%s: %w", etcdName, err)
 		}
-		if err := startEtcd(ctx, cfg, stopped); err != nil {
+		if etcd, err = startEtcd(ctx, cfg, stopped); err != nil {
 			return fmt.Errorf("%s: %w", etcdName, err)
 		}
 	}
@@ -161,6 +173,11 @@ func run(args map[string][]string) error {
 	if err := logsapi.ValidateAndApply(as.Logs, utilfeature.DefaultFeatureGate); err != nil {
 		return err
 	}
+	var seed *seeder
+	if path := args[seedFlag]; len(path) == 1 && etcd != nil {
+		seed = newSeeder(path[0], as.Etcd.StorageConfig.Prefix, version.Get().GitVersion, etcd)
+		go seed.start(ctx)
+	}
 	completed, err := as.Complete(ctx)
 	if err != nil {
 		return fmt.Errorf("%s: %w", apiServer, err)
@@ -180,6 +197,9 @@ func run(args map[string][]string) error {
 	if os.Getenv("FKE_PLANE_START") != "together" {
 		if err := waitServing(ctx, cm.Generic.ClientConnection.Kubeconfig, stopped); err != nil {
 			return err
+		}
+		if seed != nil {
+			go seed.ready(ctx)
 		}
 	}
 	start(controllerManager, func(ctx context.Context) error {

@@ -84,6 +84,24 @@ func startPlane(t *testing.T, bin, name, version, nodeAddr string) (*local.Runti
 // one process (Runtime.OneProcessPlanes) or in one per component.
 func startPlaneAs(t *testing.T, bin, key, version, nodeAddr string, standby, oneProcess bool) (*local.Runtime, controlplane.Spec, *rest.Config) {
 	t.Helper()
+	rt, err := local.New(t.TempDir(), binaries.Finder{Dir: bin}, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if oneProcess {
+		if err := rt.OneProcessPlanes(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Cleanup(func() { _ = rt.StopAll(context.Background()) })
+	spec, cfg := ensurePlane(t, rt, key, version, nodeAddr, standby)
+	return rt, spec, cfg
+}
+
+// ensurePlane starts a control plane of version under key on rt, with a
+// new PKI and free ports, and waits until it is ready.
+func ensurePlane(t *testing.T, rt *local.Runtime, key, version, nodeAddr string, standby bool) (controlplane.Spec, *rest.Config) {
+	t.Helper()
 	name := filepath.Base(key)
 	ips, err := controlplane.APIServerIPs("10.96.0.0/16", nodeAddr)
 	if err != nil {
@@ -100,17 +118,7 @@ func startPlaneAs(t *testing.T, bin, key, version, nodeAddr string, standby, one
 	if err != nil {
 		t.Fatal(err)
 	}
-	rt, err := local.New(t.TempDir(), binaries.Finder{Dir: bin}, slog.New(slog.DiscardHandler))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if oneProcess {
-		if err := rt.OneProcessPlanes(); err != nil {
-			t.Fatal(err)
-		}
-	}
 	ctx := context.Background()
-	t.Cleanup(func() { _ = rt.StopAll(context.Background()) })
 	spec := controlplane.Spec{
 		Key: key, Standby: standby, Version: version, PodCIDR: "10.112.0.0/14", ServiceCIDR: "10.96.0.0/16", PKI: bundle, NodeAddress: nodeAddr,
 		Ports: controlplane.Ports{APIServer: free[0], EtcdClient: free[1], EtcdPeer: free[2], ControllerManager: free[3], Scheduler: free[4]},
@@ -132,7 +140,7 @@ func startPlaneAs(t *testing.T, bin, key, version, nodeAddr string, standby, one
 	if err != nil {
 		t.Fatal(err)
 	}
-	return rt, spec, cfg
+	return spec, cfg
 }
 
 // TestUpgradeWithoutGap upgrades a real control plane from the previous

@@ -3,6 +3,8 @@ package local_test
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -10,6 +12,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
@@ -20,9 +23,11 @@ import (
 
 // TestOneProcessPlane runs a control plane in one fke-kube-plane process:
 // every component reports ready in that one process, the controller
-// manager and the scheduler act on what the API stores, a killed process
-// comes back with its data, an upgrade is refused with the reason, and
-// Stop leaves no process behind.
+// manager and the scheduler act on what the API stores, the first plane
+// saves the seed of upstream's default objects and a second plane starts
+// from it (same objects, their own identities), a killed process comes
+// back with its data, an upgrade is refused with the reason, and Stop
+// leaves no process behind.
 func TestOneProcessPlane(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs a control plane")
@@ -68,6 +73,56 @@ func TestOneProcessPlane(t *testing.T) {
 		}
 		return fmt.Errorf("%d pods, none marked unschedulable yet", len(pods.Items))
 	})
+
+	// The seed: saved by this plane (the first on an empty datastore),
+	// planted into the next one's.
+	seed := filepath.Join(filepath.Dir(filepath.Dir(rt.DataDir(spec.Key))), ".seeds", "plane-"+versions.Default+".json")
+	testenv.Eventually(t, time.Minute, "the seed saved by the first plane", func() error {
+		_, err := os.Stat(seed)
+		return err
+	})
+	twoSpec, twoCfg := ensurePlane(t, rt, "default/two", versions.Default, "", false)
+	log, err := os.ReadFile(filepath.Join(rt.DataDir(twoSpec.Key), "logs", "plane.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(log), "Seed planted") {
+		t.Fatalf("the second plane's log does not say it planted the seed:\n%s", log)
+	}
+	two := kubernetes.NewForConfigOrDie(twoCfg)
+	for _, name := range []string{"cluster-admin", "system:node", "system:controller:deployment-controller"} {
+		a, err := cs.RbacV1().ClusterRoles().Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := two.RbacV1().ClusterRoles().Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatalf("the seeded plane: %v", err)
+		}
+		if a.UID == b.UID || !equality.Semantic.DeepEqual(a.Rules, b.Rules) {
+			t.Fatalf("ClusterRole %s: UIDs %s and %s, rules equal %v; want the same rules under another identity", name, a.UID, b.UID, equality.Semantic.DeepEqual(a.Rules, b.Rules))
+		}
+	}
+	count := func(cs kubernetes.Interface) (int, int) {
+		t.Helper()
+		crs, err := cs.RbacV1().ClusterRoleBindings().List(ctx, metav1.ListOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		pcs, err := cs.SchedulingV1().PriorityClasses().List(ctx, metav1.ListOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(crs.Items), len(pcs.Items)
+	}
+	if b1, p1 := count(cs); true {
+		if b2, p2 := count(two); b1 != b2 || p1 != p2 {
+			t.Fatalf("cluster role bindings %d and %d, priority classes %d and %d: want the same", b1, b2, p1, p2)
+		}
+	}
+	if err := rt.Stop(ctx, twoSpec.Key); err != nil {
+		t.Fatal(err)
+	}
 
 	older := spec
 	older.Version = versions.Previous

@@ -96,10 +96,23 @@ func (r *Runtime) layoutOf(spec controlplane.Spec, l layout) (string, error) {
 	return chosen, nil
 }
 
-// planeArgs are fke-kube-plane's arguments: each component's own flags,
-// exactly those its separate process gets, after its name.
-func planeArgs(l layout, spec controlplane.Spec) []string {
-	var args []string
+// seedDir holds, under a runtime's directory, the planes' seeds: the
+// objects upstream's API server creates alike in every new cluster of a
+// version, saved by the first plane of the version and written into each
+// new plane's empty datastore before its API server looks for them
+// (hack/k8s/plane/seed.go). A dot-name: no namespace is called that.
+const seedDir = ".seeds"
+
+// seedFile is the seed of planes of version under dir.
+func seedFile(dir, version string) string {
+	return filepath.Join(dir, seedDir, "plane-"+version+".json")
+}
+
+// planeArgs are fke-kube-plane's arguments: the seed file, then each
+// component's own flags, exactly those its separate process gets, after
+// its name.
+func planeArgs(l layout, spec controlplane.Spec, seed string) []string {
+	args := []string{"--seed=" + seed}
 	for i, c := range controlplane.Components {
 		if i > 0 {
 			args = append(args, "--")
@@ -132,7 +145,7 @@ func (r *Runtime) startPlane(ctx context.Context, spec controlplane.Spec, l layo
 		name = processName(spec.Key, planeProcess)
 	}
 	if p := r.group.Get(name); p == nil || p.State() == supervisor.Stopped {
-		s := supervisor.Spec{Name: name, Slot: slot(spec, controlplane.APIServer), Path: r.plane, Args: planeArgs(l, spec),
+		s := supervisor.Spec{Name: name, Slot: slot(spec, controlplane.APIServer), Path: r.plane, Args: planeArgs(l, spec, seedFile(r.dir, versions.Default)),
 			Env: componentEnv(planeProcess), LogPath: l.log(planeProcess), Ready: allReady(ready)}
 		if spec.Standby {
 			s.Nice = standbyNice

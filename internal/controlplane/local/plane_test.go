@@ -36,14 +36,17 @@ func TestChooseLayout(t *testing.T) {
 	}
 }
 
-// TestPlaneArgs: every component's flags, exactly its separate process's,
-// after its name, components apart by "--".
+// TestPlaneArgs: the seed first, then every component's flags, exactly its
+// separate process's, after its name, components apart by "--".
 func TestPlaneArgs(t *testing.T) {
 	l := newLayout("/data/team/a")
 	spec := controlplane.Spec{Key: "team/a", Version: versions.Default, ServiceCIDR: "10.96.0.0/16", PodCIDR: "10.112.0.0/14",
 		Ports: controlplane.Ports{APIServer: 1, EtcdClient: 2, EtcdPeer: 3, ControllerManager: 4, Scheduler: 5}}
-	args := planeArgs(l, spec)
-	i := 0
+	args := planeArgs(l, spec, "/data/.seeds/plane.json")
+	if args[0] != "--seed=/data/.seeds/plane.json" {
+		t.Fatalf("args[0] = %q, want the seed", args[0])
+	}
+	i := 1
 	for n, c := range controlplane.Components {
 		if n > 0 {
 			if args[i] != "--" {
