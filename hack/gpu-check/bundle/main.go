@@ -51,12 +51,12 @@ func main() {
 	deps := flag.String("deps", "", "print the loader and libraries --with copies for this host program, and exit")
 	flag.Parse()
 	if *deps != "" {
-		files, err := image.BinaryFiles(*deps, "/.with/"+path.Base(*deps))
+		files, err := programFiles(*deps, false)
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "bundle:", err)
 			os.Exit(1)
 		}
-		for _, f := range files[1:] {
+		for _, f := range files {
 			fmt.Println(f.Path)
 		}
 		return
@@ -95,21 +95,11 @@ func makeBundle(dir, allocFile, with, add string, args []string) error {
 		return err
 	}
 	files = append(files, image.File{Path: "/check", Mode: 0o755, Data: selfData})
-	for _, prog := range strings.Split(with, ",") {
-		if prog == "" {
-			continue
-		}
-		deps, err := image.BinaryFiles(prog, "/.with/"+path.Base(prog))
-		if err != nil {
-			return err
-		}
-		files = append(files, deps[1:]...) // its loader and libraries, not the program (the allocation mounts it)
-	}
-	for _, prog := range strings.Split(add, ",") {
-		if prog == "" {
-			continue
-		}
-		deps, err := image.BinaryFiles(prog, "/"+path.Base(prog))
+	for _, list := range []struct {
+		progs string
+		whole bool
+	}{{with, false}, {add, true}} {
+		deps, err := programFiles(list.progs, list.whole)
 		if err != nil {
 			return err
 		}
@@ -142,6 +132,28 @@ func makeBundle(dir, allocFile, with, add string, args []string) error {
 		return err
 	}
 	return os.WriteFile(filepath.Join(dir, "config.json"), data, 0o644)
+}
+
+// programFiles returns the files the comma-separated host programs in
+// progs need in the root filesystem: their loader and libraries, and with
+// whole the programs themselves as /<name> (without it, the allocation
+// mounts them).
+func programFiles(progs string, whole bool) ([]image.File, error) {
+	var files []image.File
+	for _, prog := range strings.Split(progs, ",") {
+		if prog == "" {
+			continue
+		}
+		deps, err := image.BinaryFiles(prog, "/"+path.Base(prog))
+		if err != nil {
+			return nil, err
+		}
+		if !whole {
+			deps = deps[1:]
+		}
+		files = append(files, deps...)
+	}
+	return files, nil
 }
 
 // containerSpec is a minimal unprivileged container that gets resp's
