@@ -9,8 +9,10 @@
 # must list exactly that GPU, and a CUDA program (hack/gpu-check/cudaprobe)
 # must find that GPU alone and fill and read back device memory on it; a
 # container given no GPU must see no NVIDIA device and no driver library,
-# and the CUDA program must find no driver. Needs an NVIDIA driver; no Kubernetes. Takes
-# well under a minute after the build.
+# and the CUDA program must find no driver. As root, it also checks that
+# the agent gives the same answer through a bind-mounted host root
+# (--driver-root, as in its DaemonSet). Needs an NVIDIA driver; no
+# Kubernetes. Takes a few seconds after the build.
 #
 # Environment: GO (default go), METRICS_PORT (default 19400), OUT (default a temp dir),
 # FKE_GPU_AGENT (a prebuilt agent binary: no Go toolchain needed then),
