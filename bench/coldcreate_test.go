@@ -60,8 +60,9 @@ func BenchmarkColdCreate(b *testing.B) {
 	}
 }
 
-// kwokctlCreates times n kwokctl clusters (see kwokctlRunner), each from `kwokctl create cluster` to its API server's /readyz, and
-// deleted before the next.
+// kwokctlCreates times n kwokctl clusters (see kwokctlRunner), each from
+// `kwokctl create cluster` to its API server's /readyz, and deleted
+// before the next.
 func kwokctlCreates(b *testing.B, kwokctl, binDir string, n int) []time.Duration {
 	home, run := kwokctlRunner(b, kwokctl)
 	var ds []time.Duration

@@ -140,8 +140,8 @@ func kwokctlRunner(b *testing.B, kwokctl string) (home string, run func(args ...
 	}
 }
 
-// kwokctlCreateArgs create cluster name with the binary runtime and every
-// binary it runs taken from binDir.
+// kwokctlCreateArgs are the kwokctl arguments that create cluster name
+// with the binary runtime, every binary it runs taken from binDir.
 func kwokctlCreateArgs(name, binDir string) []string {
 	return []string{"create", "cluster", "--name", name, "--runtime", "binary",
 		"--etcd-binary", binDir + "/etcd", "--kube-apiserver-binary", binDir + "/kube-apiserver",

@@ -95,16 +95,15 @@ func makeBundle(dir, allocFile, with, add string, args []string) error {
 		return err
 	}
 	files = append(files, image.File{Path: "/check", Mode: 0o755, Data: selfData})
-	for _, list := range []struct {
-		progs string
-		whole bool
-	}{{with, false}, {add, true}} {
-		deps, err := programFiles(list.progs, list.whole)
-		if err != nil {
-			return err
-		}
-		files = append(files, deps...)
+	withFiles, err := programFiles(with, false)
+	if err != nil {
+		return err
 	}
+	addFiles, err := programFiles(add, true)
+	if err != nil {
+		return err
+	}
+	files = append(append(files, withFiles...), addFiles...)
 	for _, f := range files {
 		p := filepath.Join(rootfs, f.Path)
 		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {

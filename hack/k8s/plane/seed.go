@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -92,6 +93,15 @@ func decodeStored(value []byte) (runtime.Object, metav1.Object, error) {
 	return obj, m, nil
 }
 
+// encodeStored encodes obj as the API server stores it.
+func encodeStored(obj runtime.Object) ([]byte, error) {
+	var b bytes.Buffer
+	if err := storageCodec.Encode(obj, &b); err != nil {
+		return nil, err
+	}
+	return b.Bytes(), nil
+}
+
 // renewIdentity returns value with a new UID and creation time, so that
 // no two clusters share an object's identity.
 func renewIdentity(value []byte, now time.Time) ([]byte, error) {
@@ -102,11 +112,7 @@ func renewIdentity(value []byte, now time.Time) ([]byte, error) {
 	m.SetUID(uuid.NewUUID())
 	m.SetCreationTimestamp(metav1.NewTime(now))
 	m.SetResourceVersion("")
-	var b strings.Builder
-	if err := storageCodec.Encode(obj, &b); err != nil {
-		return nil, err
-	}
-	return []byte(b.String()), nil
+	return encodeStored(obj)
 }
 
 // readSeed reads the seed at path; nil when there is none.
@@ -198,11 +204,9 @@ func saveSeed(ctx context.Context, cli *clientv3.Client, prefix, path, version s
 				// union of this cluster's labelled roles; each cluster's
 				// computes its own.
 				cr.Rules = nil
-				var b strings.Builder
-				if err := storageCodec.Encode(cr, &b); err != nil {
+				if value, err = encodeStored(cr); err != nil {
 					return 0, fmt.Errorf("%s: %w", kv.Key, err)
 				}
-				value = []byte(b.String())
 			}
 			s.Objects = append(s.Objects, seedKV{Key: string(kv.Key), Value: value})
 		}

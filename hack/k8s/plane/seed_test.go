@@ -6,7 +6,6 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
@@ -64,11 +63,11 @@ func TestSeedKey(t *testing.T) {
 // stored encodes obj as the API server stores it.
 func stored(t *testing.T, obj runtime.Object) []byte {
 	t.Helper()
-	var b strings.Builder
-	if err := storageCodec.Encode(obj, &b); err != nil {
+	b, err := encodeStored(obj)
+	if err != nil {
 		t.Fatal(err)
 	}
-	return []byte(b.String())
+	return b
 }
 
 func clusterRole(name string, labels map[string]string) *rbacv1.ClusterRole {

@@ -115,10 +115,9 @@ func TestOneProcessPlane(t *testing.T) {
 		}
 		return len(crs.Items), len(pcs.Items)
 	}
-	if b1, p1 := count(cs); true {
-		if b2, p2 := count(two); b1 != b2 || p1 != p2 {
-			t.Fatalf("cluster role bindings %d and %d, priority classes %d and %d: want the same", b1, b2, p1, p2)
-		}
+	b1, p1 := count(cs)
+	if b2, p2 := count(two); b1 != b2 || p1 != p2 {
+		t.Fatalf("cluster role bindings %d and %d, priority classes %d and %d: want the same", b1, b2, p1, p2)
 	}
 	if err := rt.Stop(ctx, twoSpec.Key); err != nil {
 		t.Fatal(err)
