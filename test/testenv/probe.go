@@ -3,6 +3,7 @@ package testenv
 import (
 	"context"
 	"fmt"
+	"net"
 	"sync"
 	"time"
 
@@ -28,6 +29,10 @@ type Probe struct {
 func ProbeAPI(cfg *rest.Config, path string, interval time.Duration) (*Probe, error) {
 	c := rest.CopyConfig(cfg)
 	c.Timeout = time.Second
+	// A dialer of its own keeps client-go from sharing a cached transport
+	// (and its connections) between clients of the same config, so that
+	// each client made here has connections of its own.
+	c.Dial = (&net.Dialer{Timeout: time.Second}).DialContext
 	hc, err := rest.HTTPClientFor(c)
 	if err != nil {
 		return nil, err
@@ -51,13 +56,21 @@ func ProbeAPI(cfg *rest.Config, path string, interval time.Duration) (*Probe, er
 				p.lastErr = err
 				// Unanswered since the last success.
 				p.maxGap = max(p.maxGap, now.Sub(lastOK))
-				// The next request dials again, as a client does after a
-				// timeout: a connection to a server killed without closing
-				// it would otherwise hang until HTTP/2's health check gives
-				// it up (about 45 s), whatever the other replicas answer.
-				utilnet.CloseIdleConnectionsFor(hc.Transport)
 			}
 			p.mu.Unlock()
+			if err != nil {
+				// The next request dials again, on a new transport, as a
+				// client does after a timeout. The old connection, to a
+				// server perhaps killed without closing it, may still
+				// hold the stream that timed out (so it is not idle, and
+				// would be used again) until HTTP/2's health check gives
+				// it up, 15 s or more later, whatever the other replicas
+				// answer.
+				utilnet.CloseIdleConnectionsFor(hc.Transport)
+				if fresh, ferr := rest.HTTPClientFor(c); ferr == nil {
+					hc = fresh
+				}
+			}
 			select {
 			case <-ctx.Done():
 				return
