@@ -50,6 +50,7 @@ import (
 	genericapiserver "k8s.io/apiserver/pkg/server"
 	utilfeature "k8s.io/apiserver/pkg/util/feature"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/clientcmd"
 	cliflag "k8s.io/component-base/cli/flag"
 	"k8s.io/component-base/logs"
@@ -58,6 +59,7 @@ import (
 	_ "k8s.io/component-base/metrics/prometheus/clientgo" // client-go metrics, as upstream's binaries
 	_ "k8s.io/component-base/metrics/prometheus/version"  // the version metric, as upstream's binaries
 	"k8s.io/component-base/version"
+	"k8s.io/klog/v2"
 	apiserverapp "k8s.io/kubernetes/cmd/kube-apiserver/app"
 	apiserveroptions "k8s.io/kubernetes/cmd/kube-apiserver/app/options"
 	kcmapp "k8s.io/kubernetes/cmd/kube-controller-manager/app"
@@ -189,7 +191,7 @@ func run(args map[string][]string) error {
 	start := func(name string, f func(context.Context) error) {
 		go func() { stopped <- fmt.Errorf("%s stopped: %w", name, f(ctx)) }()
 	}
-	start(apiServer, func(ctx context.Context) error { return apiserverapp.Run(ctx, completed) })
+	start(apiServer, func(ctx context.Context) error { return runAPIServer(ctx, completed, seed, stopped) })
 	// The API server's clients start once it serves, as fke's runtime
 	// starts their processes: started beside it they take the CPU its own
 	// start needs, only to retry. FKE_PLANE_START=together starts all at
@@ -217,6 +219,44 @@ func run(args map[string][]string) error {
 		return schedapp.Run(ctx, cc, sched)
 	})
 	return <-stopped
+}
+
+// runAPIServer runs the API server as upstream's Run does, except that
+// with a seed, upstream's hooks that create the seed's objects run
+// inside the seeder's hook (seeder.hook), which lets /readyz pass without
+// waiting for them when the seed was planted.
+func runAPIServer(ctx context.Context, opts apiserveroptions.CompletedOptions, seed *seeder, stopped chan<- error) error {
+	klog.InfoS("Version", "version", version.Get())
+	if opts.InformerName == nil {
+		name, err := cache.NewInformerName(apiServer)
+		if err != nil {
+			return err
+		}
+		opts.InformerName = name
+	}
+	config, err := apiserverapp.NewConfig(opts)
+	if err != nil {
+		return err
+	}
+	if seed != nil {
+		config.KubeAPIs.ControlPlane.Generic.DisabledPostStartHooks.Insert(seededHooks...)
+	}
+	completed, err := config.Complete()
+	if err != nil {
+		return err
+	}
+	server, err := apiserverapp.CreateServerChain(completed)
+	if err != nil {
+		return err
+	}
+	if seed != nil {
+		server.GenericAPIServer.AddPostStartHookOrDie(seedHookName, seed.hook(stopped))
+	}
+	prepared, err := server.PrepareRun()
+	if err != nil {
+		return err
+	}
+	return prepared.Run(ctx)
 }
 
 // waitServing polls the API server's /readyz with the credentials of

@@ -21,8 +21,11 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/serializer/protobuf"
 	"k8s.io/apimachinery/pkg/util/uuid"
+	genericapiserver "k8s.io/apiserver/pkg/server"
 	"k8s.io/klog/v2"
 	"k8s.io/kubernetes/pkg/api/legacyscheme"
+	rbacrest "k8s.io/kubernetes/pkg/registry/rbac/rest"
+	schedulingrest "k8s.io/kubernetes/pkg/registry/scheduling/rest"
 )
 
 // A seed holds the objects that kube-apiserver's post-start hooks create
@@ -238,10 +241,11 @@ type seeder struct {
 	path, prefix, version string
 	etcd                  *embed.Etcd
 	// save is set when the plane started on an empty datastore without
-	// a seed: it saves one once the API server is ready. done is closed
-	// when start has decided.
-	save bool
-	done chan struct{}
+	// a seed: it saves one once the API server is ready. planted is set
+	// when start wrote the whole seed. done is closed when start has
+	// decided.
+	save, planted bool
+	done          chan struct{}
 }
 
 func newSeeder(path, prefix, version string, e *embed.Etcd) *seeder {
@@ -282,7 +286,71 @@ func (s *seeder) start(ctx context.Context) {
 		klog.ErrorS(err, "Seed: planting", "written", n)
 		return
 	}
+	s.planted = true
 	klog.InfoS("Seed planted", "path", s.path, "objects", n, "took", time.Since(t0))
+}
+
+// seededHooks are upstream's post-start hooks that create the objects a
+// seed holds. Each waits a second before its first look (wait.Poll), and
+// /readyz waits for them. With a seed, the plane disables them and runs
+// them in seeder.hook instead.
+var seededHooks = []string{rbacrest.PostStartHookName, schedulingrest.PostStartHookName}
+
+// seedHookName is the post-start hook (and /readyz check) that stands for
+// seededHooks.
+const seedHookName = "fke/seeded-defaults"
+
+// hook is the post-start hook that stands for upstream's seededHooks: it
+// waits until start has decided and runs them. When the seed was planted
+// (the datastore holds every object they create), it lets /readyz pass
+// at once and runs them in the background: they then only read and
+// confirm, and an object the seed lacked is still created, as upstream
+// would. Otherwise (a restarted plane, no seed, or a failed planting)
+// /readyz waits for them, as it does upstream. A hook that fails stops
+// the process (upstream's server exits when a post-start hook fails), so
+// that its supervisor starts it again.
+func (s *seeder) hook(stopped chan<- error) genericapiserver.PostStartHookFunc {
+	return func(hc genericapiserver.PostStartHookContext) error {
+		select {
+		case <-s.done:
+		case <-hc.Done():
+			return hc.Err()
+		}
+		if !s.planted {
+			return runSeededHooks(hc)
+		}
+		go func() {
+			if err := runSeededHooks(hc); err != nil {
+				stopped <- fmt.Errorf("%s: %w", seedHookName, err)
+			}
+		}()
+		return nil
+	}
+}
+
+// runSeededHooks runs upstream's seededHooks side by side, as the server
+// runs its hooks, and returns their errors.
+func runSeededHooks(hc genericapiserver.PostStartHookContext) error {
+	_, rbac, err := rbacrest.RESTStorageProvider{}.PostStartHook()
+	if err != nil {
+		return err
+	}
+	hooks := []genericapiserver.PostStartHookFunc{rbac, schedulingrest.AddSystemPriorityClasses()}
+	errs := make(chan error, len(hooks))
+	for i, h := range hooks {
+		go func() {
+			if err := h(hc); err != nil {
+				errs <- fmt.Errorf("%s: %w", seededHooks[i], err)
+				return
+			}
+			errs <- nil
+		}()
+	}
+	var all []error
+	for range hooks {
+		all = append(all, <-errs)
+	}
+	return errors.Join(all...)
 }
 
 // ready runs once the API server is ready: it saves the seed when start
