@@ -9,6 +9,7 @@
 #             (--watch-cache=false), to see what the cache holds;
 #   together  as embedded, starting the controller manager and scheduler
 #             beside the API server instead of once it serves;
+#   gogc25    as embedded, with GOGC=25 instead of 50;
 #   seeded    as embedded, on a copy of the etcd data an embedded run of
 #             this round left (what a restart finds: every object the API
 #             server's post-start hooks create is there already; list
@@ -71,8 +72,8 @@ etcd_data=$(sed -n 's/^--data-dir=//p' "$work/etcd.args")
 # args C prints component C's arguments, one per line.
 args() { cat "$work/$1.args"; }
 
-start() { # start NAME ARGS...: a child with GOGC=50, its log in $work
-  GOGC=50 setsid "$@" >"$work/$(basename "$1").$mode.log" 2>&1 &
+start() { # start NAME ARGS...: a child with GOGC=$gogc (50), its log in $work
+  GOGC=${gogc:-50} setsid "$@" >"$work/$(basename "$1").$mode.log" 2>&1 &
   pids+=($!)
 }
 
@@ -90,6 +91,7 @@ printf '%-12s %-5s %-8s %s\n' mode round readyz memory_MB
 for round in $(seq "$rounds"); do
   for mode in $modes; do
     rm -rf "$etcd_data"
+    gogc=50
     if [ "$mode" = seeded ]; then
       [ -d "$work/seed" ] || { echo "seeded: run embedded before it" >&2; exit 2; }
       cp -a "$work/seed" "$etcd_data"
@@ -104,7 +106,8 @@ for round in $(seq "$rounds"); do
       plane)
         start "$bin/etcd" $(args etcd)
         start "$plane" kube-apiserver $(args kube-apiserver) -- kube-controller-manager $(args kube-controller-manager) -- kube-scheduler $(args kube-scheduler) ;;
-      embedded|seeded)
+      embedded|seeded|gogc25)
+        [ "$mode" != gogc25 ] || gogc=25
         start "$plane" etcd $(args etcd) -- kube-apiserver $(args kube-apiserver) -- kube-controller-manager $(args kube-controller-manager) -- kube-scheduler $(args kube-scheduler) ;;
       nowatchcache)
         start "$plane" etcd $(args etcd) -- kube-apiserver $(args kube-apiserver) --watch-cache=false -- kube-controller-manager $(args kube-controller-manager) -- kube-scheduler $(args kube-scheduler) ;;
