@@ -27,6 +27,9 @@ import (
 // MemAvailable drop per tenant. With FKE_KWOKCTL (a kwokctl binary:
 // `cd hack/k8s/kwok && go build -o /tmp/kwokctl sigs.k8s.io/kwok/cmd/kwokctl`)
 // it then makes as many kwokctl clusters beside them and reports theirs.
+// FKE_BENCH_ADDONS=off creates the tenants without addons (a kwokctl
+// cluster has none: like for like, the API servers then serve no
+// aggregated APIs either).
 //
 //	go test ./bench -run '^$' -bench Density -benchtime 1x -timeout 30m
 func BenchmarkDensity(b *testing.B) {
@@ -38,8 +41,16 @@ func BenchmarkDensity(b *testing.B) {
 	c := e.Client()
 	before := memAvailableMB(b)
 	start := time.Now()
+	var noAddons []string
+	switch v := os.Getenv("FKE_BENCH_ADDONS"); v {
+	case "", "on":
+	case "off":
+		noAddons = []string{"--metrics-server=false", "--gpu-metrics=false"}
+	default:
+		b.Fatalf("FKE_BENCH_ADDONS=%s: want on or off", v)
+	}
 	for i := range n {
-		e.MustRun("cluster", "create", fmt.Sprintf("d%02d", i))
+		e.MustRun(append([]string{"cluster", "create", fmt.Sprintf("d%02d", i)}, noAddons...)...)
 	}
 	testenv.Eventually(b, 20*time.Minute, "every tenant Ready", func() error {
 		var list fkev1.ClusterList
@@ -84,6 +95,12 @@ func BenchmarkDensity(b *testing.B) {
 	b.Logf("per tenant, control plane: RSS %.0f, PSS %.0f, anonymous %.0f MB; addons: RSS %.0f, PSS %.0f, anonymous %.0f MB",
 		mean(cp, rss), mean(cp, pss), mean(cp, anon), mean(addons, rss), mean(addons, pss), mean(addons, anon))
 	b.Logf("MemAvailable %.0f -> %.0f MB: %.0f MB per tenant (everything: control plane, addons, the manager's share)", before, after, (before-after)/float64(n))
+	// The engine's own processes beside the tenants.
+	for _, role := range []string{"daemon", "manager"} {
+		for _, p := range testenv.FindProcs("fke "+role+" ", "--data-dir "+e.DataDir+" ") {
+			b.Logf("fke %s (pid %d): RSS %.0f, anonymous %.0f MB", role, p.PID, rssMB(p.PID), procKB(p.PID, "smaps_rollup", "Anonymous:")/1024)
+		}
+	}
 	if kwokctl := os.Getenv("FKE_KWOKCTL"); kwokctl != "" {
 		kwokctlDensity(b, kwokctl, e.BinDir, n)
 	}
