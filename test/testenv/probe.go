@@ -21,18 +21,25 @@ type Probe struct {
 	mu       sync.Mutex
 	ok, fail int
 	maxGap   time.Duration
+	slowest  time.Duration // of the answered requests
 	lastErr  error
 }
 
 // ProbeAPI starts probing GET path (e.g. /api/v1/namespaces/default) of the
 // API server of cfg every interval, each request bounded by one second.
 func ProbeAPI(cfg *rest.Config, path string, interval time.Duration) (*Probe, error) {
+	return ProbeAPIWithin(cfg, path, interval, time.Second)
+}
+
+// ProbeAPIWithin is ProbeAPI with each request bounded by timeout: a
+// request that takes longer counts as unanswered.
+func ProbeAPIWithin(cfg *rest.Config, path string, interval, timeout time.Duration) (*Probe, error) {
 	c := rest.CopyConfig(cfg)
-	c.Timeout = time.Second
+	c.Timeout = timeout
 	// A dialer of its own keeps client-go from sharing a cached transport
 	// (and its connections) between clients of the same config, so that
 	// each client made here has connections of its own.
-	c.Dial = (&net.Dialer{Timeout: time.Second}).DialContext
+	c.Dial = (&net.Dialer{Timeout: timeout}).DialContext
 	hc, err := rest.HTTPClientFor(c)
 	if err != nil {
 		return nil, err
@@ -45,12 +52,14 @@ func ProbeAPI(cfg *rest.Config, path string, interval time.Duration) (*Probe, er
 		tick := time.NewTicker(interval)
 		defer tick.Stop()
 		for {
+			sent := time.Now()
 			err := get(hc, c.Host+path)
 			now := time.Now()
 			p.mu.Lock()
 			if err == nil {
 				p.ok++
 				lastOK = now
+				p.slowest = max(p.slowest, now.Sub(sent))
 			} else {
 				p.fail++
 				p.lastErr = err
@@ -88,7 +97,7 @@ func (p *Probe) Stop() (time.Duration, string) {
 	<-p.done
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	s := fmt.Sprintf("%d requests answered, %d failed, longest gap %s", p.ok, p.fail, p.maxGap.Round(time.Millisecond))
+	s := fmt.Sprintf("%d requests answered (the slowest in %s), %d failed, longest gap %s", p.ok, p.slowest.Round(time.Millisecond), p.fail, p.maxGap.Round(time.Millisecond))
 	if p.lastErr != nil {
 		s += fmt.Sprintf(" (last error: %v)", p.lastErr)
 	}
