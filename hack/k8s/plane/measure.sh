@@ -72,8 +72,8 @@ etcd_data=$(sed -n 's/^--data-dir=//p' "$work/etcd.args")
 # args C prints component C's arguments, one per line.
 args() { cat "$work/$1.args"; }
 
-start() { # start NAME ARGS...: a child with GOGC=$gogc (50), its log in $work
-  GOGC=${gogc:-50} setsid "$@" >"$work/$(basename "$1").$mode.log" 2>&1 &
+start() { # start NAME ARGS...: a child with GOGC=$gogc, its log in $work
+  GOGC=$gogc setsid "$@" >"$work/$(basename "$1").$mode.log" 2>&1 &
   pids+=($!)
 }
 
