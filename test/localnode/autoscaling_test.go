@@ -63,6 +63,9 @@ func TestWorkloadAutoscaling(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	// gpu-metrics, also on by default, may still be starting: AddonsReady
+	// speaks for both.
+	e.WaitAddon("demo", addons.GPUMetricsName, fkev1.AddonReady, time.Minute)
 	cl := getCluster(t, mc)
 	if c := meta.FindStatusCondition(cl.Status.Conditions, fkev1.ConditionAddonsReady); c == nil || c.Status != metav1.ConditionTrue {
 		t.Errorf("AddonsReady = %+v, want True", c)
