@@ -34,8 +34,11 @@ const (
 // aggregatedAPI describes an addon that serves an API group to the
 // tenant's API server through its aggregation layer from a process beside
 // the control plane (metrics-server, the GPU metrics adapter). The process
-// listens on a loopback port; the APIService names a Service of type
-// ExternalName whose name is 127.0.0.1, which the aggregator dials as is
+// listens where the runtime's AddonNetwork says (a loopback port beside a
+// local API server, every address of its pod in a management cluster); the
+// APIService names a Service of type ExternalName whose name is the host
+// at which the API server reaches it (127.0.0.1, or the Service of its
+// pods in the management cluster), which the aggregator dials as is
 // (EndpointSlices may not hold loopback addresses; an ExternalName Service
 // has none, so none is needed). TLS both ways: the serving certificate is
 // signed by the cluster CA (the APIService's caBundle) for serviceName, the
@@ -48,7 +51,7 @@ type aggregatedAPI struct {
 	what string
 	// name is the process's name, binary its executable.
 	name, binary string
-	// port is the cluster's loopback port of the process (0: none yet).
+	// port is the cluster's port of the process (0: none yet).
 	port func(*fkev1.Cluster) int32
 	// user is the process's identity; serving and client are the PKI base
 	// names of its serving and client certificates.
@@ -75,9 +78,9 @@ type aggregatedAPI struct {
 	args []string
 }
 
-// process returns the addon's process for cl, whose API server is at
-// endpoint, with PKI b.
-func (a aggregatedAPI) process(cl *fkev1.Cluster, endpoint string, b pki.Bundle) (controlplane.Addon, error) {
+// process returns the addon's process for cl, connected as n says, with
+// PKI b.
+func (a aggregatedAPI) process(cl *fkev1.Cluster, n controlplane.AddonNetwork, b pki.Bundle) (controlplane.Addon, error) {
 	port := int(a.port(cl))
 	if port == 0 {
 		return controlplane.Addon{}, fmt.Errorf("no port allocated for %s", a.what)
@@ -88,13 +91,13 @@ func (a aggregatedAPI) process(cl *fkev1.Cluster, endpoint string, b pki.Bundle)
 			return controlplane.Addon{}, fmt.Errorf("the cluster's PKI has no %s", f)
 		}
 	}
-	kc, err := pki.Kubeconfig(cl.Name, endpoint, b[pki.CACertFile], b[pki.CertFile(a.client)], b[pki.KeyFile(a.client)], a.user)
+	kc, err := pki.Kubeconfig(cl.Name, n.APIServer, b[pki.CACertFile], b[pki.CertFile(a.client)], b[pki.KeyFile(a.client)], a.user)
 	if err != nil {
 		return controlplane.Addon{}, fmt.Errorf("%s kubeconfig: %w", a.what, err)
 	}
 	file := func(name string) string { return controlplane.AddonDirVar + "/" + name }
 	args := []string{
-		"--bind-address=127.0.0.1",
+		"--bind-address=" + controlplane.AddonBindVar,
 		"--secure-port=" + strconv.Itoa(port),
 		"--tls-cert-file=" + file(aggServingCert),
 		"--tls-private-key-file=" + file(aggServingKey),
@@ -122,15 +125,16 @@ func (a aggregatedAPI) process(cl *fkev1.Cluster, endpoint string, b pki.Bundle)
 			aggServingKey:   b[pki.KeyFile(a.serving)],
 		},
 		Args:             append(args, a.args...),
+		Port:             int32(port),
 		HealthURL:        "https://127.0.0.1:" + strconv.Itoa(port) + "/livez",
 		HealthCA:         b[pki.CACertFile],
 		HealthServerName: a.serviceName,
 	}, nil
 }
 
-// install applies the RBAC, the ExternalName Service and the APIService,
-// by server-side apply.
-func (a aggregatedAPI) install(ctx context.Context, cfg *rest.Config, cl *fkev1.Cluster, b pki.Bundle) error {
+// install applies the RBAC, the ExternalName Service (to the process on
+// n) and the APIService, by server-side apply.
+func (a aggregatedAPI) install(ctx context.Context, cfg *rest.Config, cl *fkev1.Cluster, b pki.Bundle, n controlplane.AddonNetwork) error {
 	port := a.port(cl)
 	if port == 0 {
 		return fmt.Errorf("%s: no port allocated", a.what)
@@ -174,9 +178,9 @@ func (a aggregatedAPI) install(ctx context.Context, cfg *rest.Config, cl *fkev1.
 		}},
 		{"Service " + a.service, func() error {
 			// ExternalName: the aggregator dials <externalName>:<APIService
-			// port>, here the process's loopback address beside the API server.
+			// port>, where the runtime runs the process.
 			_, err := cs.CoreV1().Services(ns).Apply(ctx, corev1ac.Service(a.service, ns).WithLabels(a.labels).
-				WithSpec(corev1ac.ServiceSpec().WithType(corev1.ServiceTypeExternalName).WithExternalName("127.0.0.1").
+				WithSpec(corev1ac.ServiceSpec().WithType(corev1.ServiceTypeExternalName).WithExternalName(n.Host(a.name)).
 					WithPorts(corev1ac.ServicePort().WithName("https").WithProtocol(corev1.ProtocolTCP).WithPort(port))), apply)
 			return err
 		}},

@@ -86,19 +86,19 @@ func (GPUMetrics) Version() string { return GPUMetricsVersion }
 func (GPUMetrics) Enabled(cl *fkev1.Cluster) bool { return cl.Spec.Addons.GPUMetrics.IsEnabled() }
 
 // Processes implements Managed: the one process of Process.
-func (a GPUMetrics) Processes(cl *fkev1.Cluster, endpoint string, b pki.Bundle) ([]controlplane.Addon, error) {
-	return one(a.Process(cl, endpoint, b))
+func (a GPUMetrics) Processes(cl *fkev1.Cluster, n controlplane.AddonNetwork, b pki.Bundle) ([]controlplane.Addon, error) {
+	return one(a.Process(cl, n, b))
 }
 
 // Process returns the addon's process (see Managed.Processes).
-func (GPUMetrics) Process(cl *fkev1.Cluster, endpoint string, b pki.Bundle) (controlplane.Addon, error) {
-	return gpuMetricsAPI.process(cl, endpoint, b)
+func (GPUMetrics) Process(cl *fkev1.Cluster, n controlplane.AddonNetwork, b pki.Bundle) (controlplane.Addon, error) {
+	return gpuMetricsAPI.process(cl, n, b)
 }
 
 // Install implements Managed: the ExternalName Service, the APIService and
 // the RBAC of the adapter, by server-side apply.
-func (GPUMetrics) Install(ctx context.Context, cfg *rest.Config, cl *fkev1.Cluster, b pki.Bundle) error {
-	return gpuMetricsAPI.install(ctx, cfg, cl, b)
+func (GPUMetrics) Install(ctx context.Context, cfg *rest.Config, cl *fkev1.Cluster, b pki.Bundle, n controlplane.AddonNetwork) error {
+	return gpuMetricsAPI.install(ctx, cfg, cl, b, n)
 }
 
 // Serving implements Managed: the APIService's Available condition.

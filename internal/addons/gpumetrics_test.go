@@ -24,7 +24,7 @@ import (
 func TestGPUMetricsProcess(t *testing.T) {
 	b := testBundle(t)
 	cl := &fkev1.Cluster{ObjectMeta: metav1.ObjectMeta{Name: "demo"}, Status: fkev1.ClusterStatus{Ports: fkev1.ClusterPorts{GPUMetrics: 40124}}}
-	p, err := GPUMetrics{}.Process(cl, "https://127.0.0.1:6443", b)
+	p, err := GPUMetrics{}.Process(cl, loopbackNet, b)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -33,7 +33,7 @@ func TestGPUMetricsProcess(t *testing.T) {
 	}
 	dir := controlplane.AddonDirVar
 	for _, want := range []string{
-		"--bind-address=127.0.0.1", "--secure-port=40124",
+		"--bind-address=" + controlplane.AddonBindVar, "--secure-port=40124",
 		"--tls-cert-file=" + dir + "/tls.crt", "--tls-private-key-file=" + dir + "/tls.key",
 		"--requestheader-client-ca-file=" + dir + "/front-proxy-ca.crt", "--requestheader-allowed-names=front-proxy-client",
 		"--client-ca-file=" + dir + "/ca.crt", "--lister-kubeconfig=" + dir + "/kubeconfig",
@@ -76,11 +76,11 @@ func TestGPUMetricsProcess(t *testing.T) {
 	if p.HealthURL != "https://127.0.0.1:40124/livez" || p.HealthServerName != pki.GPUMetricsServiceName {
 		t.Errorf("health check %s as %s", p.HealthURL, p.HealthServerName)
 	}
-	if _, err := (GPUMetrics{}).Process(&fkev1.Cluster{}, "https://127.0.0.1:6443", b); err == nil {
+	if _, err := (GPUMetrics{}).Process(&fkev1.Cluster{}, loopbackNet, b); err == nil {
 		t.Error("no port: want an error")
 	}
 	short := pki.Bundle{pki.CACertFile: b[pki.CACertFile], pki.FrontProxyCACertFile: b[pki.FrontProxyCACertFile]}
-	if _, err := (GPUMetrics{}).Process(cl, "https://127.0.0.1:6443", short); err == nil || !strings.Contains(err.Error(), "gpu-metrics.crt") {
+	if _, err := (GPUMetrics{}).Process(cl, loopbackNet, short); err == nil || !strings.Contains(err.Error(), "gpu-metrics.crt") {
 		t.Errorf("missing certificates: %v", err)
 	}
 }

@@ -24,13 +24,15 @@ type Managed interface {
 	// Enabled reports whether cl asks for the addon.
 	Enabled(cl *fkev1.Cluster) bool
 	// Processes returns the processes to run beside cl's control plane,
-	// whose API server is at endpoint (loopback) and whose PKI is b; their
-	// names are unique among the cluster's addons. It fails when cl lacks
-	// what they need (a port, a certificate). Pure.
-	Processes(cl *fkev1.Cluster, endpoint string, b pki.Bundle) ([]controlplane.Addon, error)
-	// Install creates or repairs the addon's objects in the tenant at cfg.
-	// Idempotent; cheap when everything is in place.
-	Install(ctx context.Context, cfg *rest.Config, cl *fkev1.Cluster, b pki.Bundle) error
+	// connected as n says (the runtime's AddonNetwork), whose PKI is b;
+	// their names are unique among the cluster's addons. It fails when cl
+	// lacks what they need (a port, a certificate) or the addon cannot run
+	// on n. Pure.
+	Processes(cl *fkev1.Cluster, n controlplane.AddonNetwork, b pki.Bundle) ([]controlplane.Addon, error)
+	// Install creates or repairs the addon's objects in the tenant at cfg,
+	// pointing its API server at the processes on n. Idempotent; cheap
+	// when everything is in place.
+	Install(ctx context.Context, cfg *rest.Config, cl *fkev1.Cluster, b pki.Bundle, n controlplane.AddonNetwork) error
 	// Serving reports whether the tenant's API server reaches the addon,
 	// and if not, why (a message for status).
 	Serving(ctx context.Context, cfg *rest.Config) (ok bool, why string, err error)

@@ -84,19 +84,19 @@ func (MetricsServer) Version() string { return MetricsServerVersion }
 func (MetricsServer) Enabled(cl *fkev1.Cluster) bool { return cl.Spec.Addons.MetricsServer.IsEnabled() }
 
 // Processes implements Managed: the one process of Process.
-func (a MetricsServer) Processes(cl *fkev1.Cluster, endpoint string, b pki.Bundle) ([]controlplane.Addon, error) {
-	return one(a.Process(cl, endpoint, b))
+func (a MetricsServer) Processes(cl *fkev1.Cluster, n controlplane.AddonNetwork, b pki.Bundle) ([]controlplane.Addon, error) {
+	return one(a.Process(cl, n, b))
 }
 
 // Process returns the addon's process (see Managed.Processes).
-func (MetricsServer) Process(cl *fkev1.Cluster, endpoint string, b pki.Bundle) (controlplane.Addon, error) {
-	return metricsServerAPI.process(cl, endpoint, b)
+func (MetricsServer) Process(cl *fkev1.Cluster, n controlplane.AddonNetwork, b pki.Bundle) (controlplane.Addon, error) {
+	return metricsServerAPI.process(cl, n, b)
 }
 
 // Install implements Managed: the ExternalName Service, the APIService and
 // the RBAC of metrics-server, by server-side apply.
-func (MetricsServer) Install(ctx context.Context, cfg *rest.Config, cl *fkev1.Cluster, b pki.Bundle) error {
-	return metricsServerAPI.install(ctx, cfg, cl, b)
+func (MetricsServer) Install(ctx context.Context, cfg *rest.Config, cl *fkev1.Cluster, b pki.Bundle, n controlplane.AddonNetwork) error {
+	return metricsServerAPI.install(ctx, cfg, cl, b, n)
 }
 
 // Serving implements Managed: the APIService's Available condition.

@@ -15,6 +15,7 @@ import (
 
 	fkev1 "fke.dev/fke/api/v1alpha1"
 	"fke.dev/fke/internal/controlplane"
+	"fke.dev/fke/internal/image"
 	"fke.dev/fke/internal/pki"
 )
 
@@ -27,22 +28,25 @@ func testBundle(t *testing.T) pki.Bundle {
 	return b
 }
 
+// loopbackNet is the local runtime's addon network of a plane at 6443.
+var loopbackNet = controlplane.AddonNetwork{APIServer: "https://127.0.0.1:6443", BindAddress: "127.0.0.1"}
+
 // TestMetricsServerProcess: metrics-server serves TLS on loopback with the
 // certificate the aggregator checks, authenticates the aggregator by the
 // front-proxy CA, and verifies the kubelets against the cluster CA.
 func TestMetricsServerProcess(t *testing.T) {
 	b := testBundle(t)
 	cl := &fkev1.Cluster{ObjectMeta: metav1.ObjectMeta{Name: "demo"}, Status: fkev1.ClusterStatus{Ports: fkev1.ClusterPorts{MetricsServer: 40123}}}
-	p, err := MetricsServer{}.Process(cl, "https://127.0.0.1:6443", b)
+	p, err := MetricsServer{}.Process(cl, loopbackNet, b)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if p.Name != MetricsServerName || p.Binary != "metrics-server" {
-		t.Errorf("name %q binary %q", p.Name, p.Binary)
+	if p.Name != MetricsServerName || p.Binary != "metrics-server" || p.Port != 40123 {
+		t.Errorf("name %q binary %q port %d", p.Name, p.Binary, p.Port)
 	}
 	dir := controlplane.AddonDirVar
 	for _, want := range []string{
-		"--bind-address=127.0.0.1", "--secure-port=40123",
+		"--bind-address=" + controlplane.AddonBindVar, "--secure-port=40123",
 		"--tls-cert-file=" + dir + "/tls.crt", "--tls-private-key-file=" + dir + "/tls.key",
 		"--requestheader-client-ca-file=" + dir + "/front-proxy-ca.crt", "--requestheader-allowed-names=front-proxy-client",
 		"--client-ca-file=" + dir + "/ca.crt", "--kubelet-certificate-authority=" + dir + "/ca.crt",
@@ -93,11 +97,11 @@ func TestMetricsServerProcess(t *testing.T) {
 	}
 
 	// Without a port or a certificate there is no process.
-	if _, err := (MetricsServer{}).Process(&fkev1.Cluster{}, "https://127.0.0.1:6443", b); err == nil {
+	if _, err := (MetricsServer{}).Process(&fkev1.Cluster{}, loopbackNet, b); err == nil {
 		t.Error("no port: want an error")
 	}
 	short := pki.Bundle{pki.CACertFile: b[pki.CACertFile]}
-	if _, err := (MetricsServer{}).Process(cl, "https://127.0.0.1:6443", short); err == nil || !strings.Contains(err.Error(), "front-proxy-ca.crt") {
+	if _, err := (MetricsServer{}).Process(cl, loopbackNet, short); err == nil || !strings.Contains(err.Error(), "front-proxy-ca.crt") {
 		t.Errorf("missing certificates: %v", err)
 	}
 }
@@ -135,5 +139,17 @@ func TestAPIServiceAvailable(t *testing.T) {
 				t.Errorf("got %v %q, want %v with %q", ok, why, tc.ok, tc.why)
 			}
 		})
+	}
+}
+
+// TestAddonImages: the hosted runtime has an image of each addon binary it
+// may be asked to run, metrics-server's tagged with the version fke runs.
+func TestAddonImages(t *testing.T) {
+	si, ok := image.Addon(metricsServerAPI.binary)
+	if !ok || !strings.HasSuffix(si.Name, ":"+MetricsServerVersion) {
+		t.Errorf("metrics-server image %+v (%v), want tag %s", si, ok, MetricsServerVersion)
+	}
+	if _, ok := image.Addon(gpuMetricsAPI.binary); !ok {
+		t.Errorf("no image of %s", gpuMetricsAPI.binary)
 	}
 }

@@ -98,8 +98,12 @@ func (VerticalPodAutoscaler) Enabled(cl *fkev1.Cluster) bool {
 }
 
 // Processes implements Managed: fke-vpa, which runs the recommender, the
-// updater and the admission controller.
-func (VerticalPodAutoscaler) Processes(cl *fkev1.Cluster, endpoint string, b pki.Bundle) ([]controlplane.Addon, error) {
+// updater and the admission controller, beside the API server on loopback
+// only (see errVPANotLoopback).
+func (VerticalPodAutoscaler) Processes(cl *fkev1.Cluster, n controlplane.AddonNetwork, b pki.Bundle) ([]controlplane.Addon, error) {
+	if !n.Loopback() {
+		return nil, errVPANotLoopback
+	}
 	port := int(cl.Status.Ports.VPAWebhook)
 	if port == 0 {
 		return nil, errors.New("no port allocated for the VPA admission controller")
@@ -110,7 +114,7 @@ func (VerticalPodAutoscaler) Processes(cl *fkev1.Cluster, endpoint string, b pki
 			return nil, fmt.Errorf("the cluster's PKI has no %s", f)
 		}
 	}
-	kc, err := pki.Kubeconfig(cl.Name, endpoint, b[pki.CACertFile], b[pki.VPAClientCertFile], b[pki.VPAClientKeyFile], pki.VPAUser)
+	kc, err := pki.Kubeconfig(cl.Name, n.APIServer, b[pki.CACertFile], b[pki.VPAClientCertFile], b[pki.VPAClientKeyFile], pki.VPAUser)
 	if err != nil {
 		return nil, fmt.Errorf("VPA kubeconfig: %w", err)
 	}
@@ -130,12 +134,13 @@ func (VerticalPodAutoscaler) Processes(cl *fkev1.Cluster, endpoint string, b pki
 			// upstream's default is one minute for both.
 			"--interval=" + MetricResolution,
 			"--status-lease-namespace=" + vpaStatusNamespace,
-			"--webhook-address=127.0.0.1:" + strconv.Itoa(port),
+			"--webhook-address=" + controlplane.AddonBindVar + ":" + strconv.Itoa(port),
 			"--tls-cert-file=" + file(vpaServingCert),
 			"--tls-private-key-file=" + file(vpaServingKey),
 			"--client-ca-file=" + file(vpaCA),
 			"--allowed-clients=" + strings.Join(VPAWebhookClients, ","),
 		},
+		Port:             int32(port),
 		HealthURL:        vpaWebhookURL(port) + "/healthz",
 		HealthCA:         b[pki.CACertFile],
 		HealthClientCert: b[pki.ManagerCertFile],
@@ -143,8 +148,17 @@ func (VerticalPodAutoscaler) Processes(cl *fkev1.Cluster, endpoint string, b pki
 	}}, nil
 }
 
+// errVPANotLoopback: the API server calls the admission controller at
+// https://127.0.0.1 with a client certificate of its own, which only the
+// local runtime's API server presents (its admission configuration).
+var errVPANotLoopback = errors.New("the vertical pod autoscaler runs beside a local control plane only: " +
+	"its admission webhook is called on loopback; turn it off (spec.addons.verticalPodAutoscaler.enabled: false) on hosted clusters")
+
 // Install implements Managed: the CRDs, the RBAC and the webhook.
-func (VerticalPodAutoscaler) Install(ctx context.Context, cfg *rest.Config, cl *fkev1.Cluster, b pki.Bundle) error {
+func (VerticalPodAutoscaler) Install(ctx context.Context, cfg *rest.Config, cl *fkev1.Cluster, b pki.Bundle, n controlplane.AddonNetwork) error {
+	if !n.Loopback() {
+		return errVPANotLoopback
+	}
 	port := cl.Status.Ports.VPAWebhook
 	if port == 0 {
 		return errors.New("VPA: no port allocated for the admission controller")

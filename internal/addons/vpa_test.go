@@ -18,7 +18,7 @@ func TestVPAProcesses(t *testing.T) {
 	cl := &fkev1.Cluster{}
 	cl.Name = "demo"
 	cl.Status.Ports.VPAWebhook = 30123
-	ps, err := VerticalPodAutoscaler{}.Processes(cl, "https://127.0.0.1:6443", b)
+	ps, err := VerticalPodAutoscaler{}.Processes(cl, loopbackNet, b)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -29,7 +29,7 @@ func TestVPAProcesses(t *testing.T) {
 	args := strings.Join(p.Args, " ")
 	for _, want := range []string{
 		"--kubeconfig=" + controlplane.AddonDirVar + "/kubeconfig",
-		"--webhook-address=127.0.0.1:30123",
+		"--webhook-address=" + controlplane.AddonBindVar + ":30123",
 		"--client-ca-file=" + controlplane.AddonDirVar + "/ca.crt",
 		"--allowed-clients=" + pki.APIServerWebhookUser + "," + pki.ManagerUser,
 		"--status-lease-namespace=kube-system",
@@ -55,12 +55,18 @@ func TestVPAProcesses(t *testing.T) {
 		t.Errorf("health check %s as %s", p.HealthURL, kp.Cert.Subject.CommonName)
 	}
 
-	if _, err := (VerticalPodAutoscaler{}).Processes(&fkev1.Cluster{}, "https://127.0.0.1:6443", b); err == nil {
+	if _, err := (VerticalPodAutoscaler{}).Processes(&fkev1.Cluster{}, loopbackNet, b); err == nil {
 		t.Error("no error without a webhook port")
 	}
 	short := pki.Bundle{pki.CACertFile: b[pki.CACertFile]}
-	if _, err := (VerticalPodAutoscaler{}).Processes(cl, "https://127.0.0.1:6443", short); err == nil || !strings.Contains(err.Error(), pki.VPAWebhookCertFile) {
+	if _, err := (VerticalPodAutoscaler{}).Processes(cl, loopbackNet, short); err == nil || !strings.Contains(err.Error(), pki.VPAWebhookCertFile) {
 		t.Errorf("missing certificate: %v", err)
+	}
+	// In a management cluster's pods, the API server could not call the
+	// webhook: refused, saying what to do.
+	pods := controlplane.AddonNetwork{APIServer: "https://kube-apiserver.fke-default-demo.svc:6443", BindAddress: "0.0.0.0", ServiceDomain: "fke-default-demo.svc"}
+	if _, err := (VerticalPodAutoscaler{}).Processes(cl, pods, b); err == nil || !strings.Contains(err.Error(), "verticalPodAutoscaler.enabled: false") {
+		t.Errorf("VPA on pods: %v, want refused", err)
 	}
 }
 

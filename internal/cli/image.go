@@ -130,7 +130,9 @@ func newImagePushControlPlaneCmd(g *globals) *cobra.Command {
 		Short: "Build the hosted runtime's control-plane images and push them to fke's registry",
 		Long: `Build the images the hosted runtime runs (kube-apiserver,
 kube-controller-manager and kube-scheduler of each --version, etcd
-` + image.EtcdVersion + ` and kwok ` + image.KwokVersion + ` for simulated nodes) without Docker, from the upstream binaries fke runs, with each
+` + image.EtcdVersion + `, kwok ` + image.KwokVersion + ` for simulated nodes, and the addons it runs beside a
+control plane: metrics-server and the GPU metrics adapter) without Docker,
+from the binaries fke runs, with each
 binary at /usr/local/bin as in the upstream images, and push them to fke's
 registry as ` + image.ControlPlaneRepository + `/<binary>:<tag>. It prints the value of
 fke-manager's --hosted-registry that names them.`,
@@ -154,6 +156,7 @@ fke-manager's --hosted-registry that names them.`,
 				images = append(images, cp...)
 			}
 			images = append(images, image.Kwok)
+			images = append(images, image.AddonImages()...)
 			pushed, err := image.EnsureSystemImages(cmd.Context(), reg, g.finder(), nil, images...)
 			for _, p := range pushed {
 				fmt.Fprintf(g.out, "pushed %s/%s (%s)\n", reg.Host, p.Name, p.Digest)

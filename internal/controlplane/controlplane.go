@@ -95,6 +95,39 @@ type Status struct {
 	// Queued, when set, says why the control plane has not started yet
 	// (a runtime that bounds how many start at once).
 	Queued string
+	// AddonNetwork is where the runtime runs the control plane's addon
+	// processes (see Runtime.EnsureAddons); zero while none runs.
+	AddonNetwork AddonNetwork
+}
+
+// AddonNetwork is how a runtime connects the addon processes of a control
+// plane: beside a local API server they listen on loopback and it calls
+// them there; in a management cluster each runs in pods of its own behind
+// a Service.
+type AddonNetwork struct {
+	// APIServer is the URL at which addon processes reach the API server.
+	APIServer string
+	// BindAddress replaces AddonBindVar in an addon's Args: the address it
+	// listens on.
+	BindAddress string
+	// ServiceDomain, when set, makes <addon name>.<ServiceDomain> the host
+	// at which the API server reaches an addon process; empty: BindAddress.
+	ServiceDomain string
+}
+
+// Host returns the host at which the API server reaches the addon process
+// name (an ExternalName Service's name, a webhook URL's host).
+func (n AddonNetwork) Host(name string) string {
+	if n.ServiceDomain != "" {
+		return name + "." + n.ServiceDomain
+	}
+	return n.BindAddress
+}
+
+// Loopback reports whether the API server reaches addon processes on
+// loopback, beside its own process.
+func (n AddonNetwork) Loopback() bool {
+	return n.ServiceDomain == "" && net.ParseIP(n.BindAddress).IsLoopback()
 }
 
 // AddonStatus returns the status of the addon process name, and whether
@@ -112,6 +145,10 @@ func (s Status) AddonStatus(name string) (ComponentStatus, bool) {
 // Files, as $(VAR) is in a container's arguments.
 const AddonDirVar = "$(ADDON_DIR)"
 
+// AddonBindVar is replaced in an Addon's Args by the address it listens on
+// (AddonNetwork.BindAddress).
+const AddonBindVar = "$(ADDON_BIND_ADDRESS)"
+
 // Addon is a process that runs beside a control plane for one of the
 // cluster's addons: a server the API server calls (an aggregated API server
 // or an admission webhook), run as a managed service hosts it rather than
@@ -125,10 +162,16 @@ type Addon struct {
 	// starts: base name -> content.
 	Files map[string][]byte
 	// Args are its arguments; AddonDirVar in them stands for the directory
-	// holding Files.
+	// holding Files, AddonBindVar for the address it listens on.
 	Args []string
+	// Port, when not zero, is the port on which the API server calls it
+	// (at AddonNetwork.Host of its Name). A runtime that runs it in pods
+	// publishes it there through a Service.
+	Port int32
 	// HealthURL is polled (GET, 2xx is healthy) to tell that the process
-	// serves; empty means it serves once started.
+	// serves; empty means it serves once started. A runtime that runs it
+	// in pods probes the URL's path and port in the pod instead (with no
+	// client certificate: an addon that asks for one is checked to listen).
 	HealthURL string
 	// HealthCA verifies HealthURL's serving certificate (PEM), and
 	// HealthServerName is the name it must hold.

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
+	"slices"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 
@@ -78,6 +80,34 @@ func ControlPlaneImages(version string) []SystemImage {
 		ControlPlane(binaries.KubeAPIServer, version), ControlPlane(binaries.KubeControllerManager, version),
 		ControlPlane(binaries.KubeScheduler, version), ControlPlane(binaries.Etcd, EtcdVersion),
 	}
+}
+
+// addonTags are the tags of the addon images, by binary: metrics-server
+// at the version fke builds (hack/k8s/metrics-server, the addons package
+// checks the two agree), fke's GPU metrics adapter at v1.
+var addonTags = map[string]string{"metrics-server": "v0.8.0", "fke-gpu-metrics": "v1"}
+
+// Addon is the image of an addon process (controlplane.Addon) for the
+// hosted runtime, which runs it in pods: <ControlPlaneRepository>/<binary>
+// with the binary at /usr/local/bin, as ControlPlane has it; false for a
+// binary that has none.
+func Addon(binary string) (SystemImage, bool) {
+	tag, ok := addonTags[binary]
+	if !ok {
+		return SystemImage{}, false
+	}
+	return SystemImage{Name: ControlPlaneRepository + "/" + binary + ":" + tag, Binary: binary, Path: "/usr/local/bin/" + binary, User: "65532:65532"}, true
+}
+
+// AddonImages are the images of every addon process the hosted runtime
+// runs, sorted by binary.
+func AddonImages() []SystemImage {
+	var out []SystemImage
+	for _, b := range slices.Sorted(maps.Keys(addonTags)) {
+		si, _ := Addon(b)
+		out = append(out, si)
+	}
+	return out
 }
 
 // KwokVersion is the version of the kwok binary fke builds (hack/k8s/kwok),

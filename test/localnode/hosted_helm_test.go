@@ -21,10 +21,14 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+	apiregv1 "k8s.io/kube-aggregator/pkg/apis/apiregistration/v1"
+	aggregator "k8s.io/kube-aggregator/pkg/client/clientset_generated/clientset"
+	metricsclient "k8s.io/metrics/pkg/client/clientset/versioned"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	fkev1 "fke.dev/fke/api/v1alpha1"
+	"fke.dev/fke/internal/addons"
 	"fke.dev/fke/internal/controller/cluster"
 	"fke.dev/fke/internal/controlplane/hosted"
 	"fke.dev/fke/internal/image"
@@ -38,7 +42,9 @@ import (
 // runtime (two manager replicas): two Clusters, one per datastore, are
 // created as a user creates them; the leader's pod is deleted while they
 // are being reconciled; both become Ready, each serves its own admin
-// kubeconfig and refuses the other's; deleting them removes everything
+// kubeconfig and refuses the other's; hosted-a's default addons
+// (metrics-server, the GPU metrics adapter) run as pods beside its control
+// plane and serve through its API server; deleting them removes everything
 // they owned.
 func testHostedClusters(t *testing.T, e *testenv.Env, cs kubernetes.Interface, mgmtKubeconfig string) {
 	scheme, err := manager.Scheme()
@@ -60,10 +66,14 @@ func testHostedClusters(t *testing.T, e *testenv.Env, cs kubernetes.Interface, m
 	for name, ds := range clusters {
 		cl := &fkev1.Cluster{
 			ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name},
-			Spec: fkev1.ClusterSpec{Runtime: fkev1.RuntimeHosted, Datastore: ds, Version: versionOf[name], Network: fkev1.ClusterNetwork{PodCIDR: podCIDRs[name]}, Addons: fkev1.ClusterAddons{
+			Spec:       fkev1.ClusterSpec{Runtime: fkev1.RuntimeHosted, Datastore: ds, Version: versionOf[name], Network: fkev1.ClusterNetwork{PodCIDR: podCIDRs[name]}},
+		}
+		if name == "hosted-b" {
+			// hosted-a keeps the default addons.
+			cl.Spec.Addons = fkev1.ClusterAddons{
 				MetricsServer: fkev1.MetricsServerAddon{Enabled: ptr.To(false)},
 				GPUMetrics:    fkev1.GPUMetricsAddon{Enabled: ptr.To(false)},
-			}},
+			}
 		}
 		if err := c.Create(t.Context(), cl); err != nil {
 			t.Fatal(err)
@@ -137,10 +147,16 @@ func testHostedClusters(t *testing.T, e *testenv.Env, cs kubernetes.Interface, m
 			if clusters[name] == fkev1.DatastoreDedicated {
 				want = 2 // and etcd's
 			}
+			if name == "hosted-a" {
+				want += 2 // and its two addons'
+			}
 			if len(svcs.Items) != want {
 				t.Errorf("%s: %d Services in %s, want %d", name, len(svcs.Items), ns, want)
 			}
 		}
+	})
+	t.Run("a hosted cluster's addons run beside its control plane and serve through its API", func(t *testing.T) {
+		testHostedAddons(t, c, "hosted-a", cfgs["hosted-a"])
 	})
 	t.Run("a hosted cluster upgrades a minor with its API answering", func(t *testing.T) {
 		e := e.For(t)
@@ -317,6 +333,19 @@ func testHostedClusters(t *testing.T, e *testenv.Env, cs kubernetes.Interface, m
 			}
 			return nil
 		})
+		// metrics-server, in its pod in the management cluster, scrapes
+		// the joined host's kubelet: `kubectl top node` answers.
+		mc := metricsclient.NewForConfigOrDie(cfgs["hosted-a"])
+		testenv.Eventually(t, 2*time.Minute, "resource metrics of the joined host", func() error {
+			m, err := mc.MetricsV1beta1().NodeMetricses().Get(t.Context(), "hosted-metal", metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			if m.Usage.Memory().IsZero() {
+				return fmt.Errorf("no memory usage in %+v", m.Usage)
+			}
+			return nil
+		})
 	})
 	t.Run("deleting a cluster removes everything it owned", func(t *testing.T) {
 		for name := range clusters {
@@ -405,4 +434,81 @@ func testHostedUpgrade(t *testing.T, e *testenv.Env, c client.Client, mgmtKubeco
 			t.Errorf("Deployment %s/%s runs %s, want the %s image", ns, d.Name, img, cur)
 		}
 	}
+}
+
+// testHostedAddons: the addons of hosted cluster name become Ready, each a
+// Deployment in the cluster's namespace of the management cluster behind a
+// Service, and their APIs are Available through the tenant's API server;
+// turning the GPU metrics adapter off removes its objects on both sides.
+func testHostedAddons(t *testing.T, c client.Client, name string, cfg *rest.Config) {
+	ns := hosted.Namespace("default/" + name)
+	testenv.Eventually(t, 4*time.Minute, name+" AddonsReady", func() error {
+		cl := &fkev1.Cluster{}
+		if err := c.Get(t.Context(), client.ObjectKey{Namespace: "default", Name: name}, cl); err != nil {
+			return err
+		}
+		if !meta.IsStatusConditionTrue(cl.Status.Conditions, fkev1.ConditionAddonsReady) {
+			return fmt.Errorf("%+v", meta.FindStatusCondition(cl.Status.Conditions, fkev1.ConditionAddonsReady))
+		}
+		return nil
+	})
+	for _, addon := range []string{addons.MetricsServerName, addons.GPUMetricsName} {
+		d := &appsv1.Deployment{}
+		if err := c.Get(t.Context(), client.ObjectKey{Namespace: ns, Name: addon}, d); err != nil {
+			t.Errorf("addon %s: %v", addon, err)
+			continue
+		}
+		if d.Status.AvailableReplicas != 1 || d.Labels[hosted.LabelAddon] != addon {
+			t.Errorf("addon %s: %d available, labels %v", addon, d.Status.AvailableReplicas, d.Labels)
+		}
+	}
+	ag := aggregator.NewForConfigOrDie(cfg)
+	for _, api := range []string{addons.MetricsAPIService, addons.CustomMetricsAPIService} {
+		a, err := ag.ApiregistrationV1().APIServices().Get(t.Context(), api, metav1.GetOptions{})
+		if err != nil {
+			t.Errorf("APIService %s: %v", api, err)
+			continue
+		}
+		if !apiServiceAvailable(a) {
+			t.Errorf("APIService %s not Available: %+v", api, a.Status.Conditions)
+		}
+	}
+	// `kubectl top pods` answers through the aggregation layer (no pods
+	// run yet on this cluster's nodes: an empty list, not an error).
+	if _, err := metricsclient.NewForConfigOrDie(cfg).MetricsV1beta1().PodMetricses("kube-system").List(t.Context(), metav1.ListOptions{}); err != nil {
+		t.Errorf("pod metrics: %v", err)
+	}
+
+	cl := &fkev1.Cluster{}
+	if err := c.Get(t.Context(), client.ObjectKey{Namespace: "default", Name: name}, cl); err != nil {
+		t.Fatal(err)
+	}
+	patch := client.MergeFrom(cl.DeepCopy())
+	cl.Spec.Addons.GPUMetrics.Enabled = ptr.To(false)
+	if err := c.Patch(t.Context(), cl, patch); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 2*time.Minute, "the GPU metrics adapter removed", func() error {
+		for _, o := range []client.Object{&appsv1.Deployment{}, &corev1.Service{}, &corev1.Secret{}} {
+			if err := c.Get(t.Context(), client.ObjectKey{Namespace: ns, Name: addons.GPUMetricsName}, o); !apierrors.IsNotFound(err) {
+				return fmt.Errorf("%T %s/%s still there (%v)", o, ns, addons.GPUMetricsName, err)
+			}
+		}
+		if _, err := ag.ApiregistrationV1().APIServices().Get(t.Context(), addons.CustomMetricsAPIService, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+			return fmt.Errorf("APIService %s still there (%v)", addons.CustomMetricsAPIService, err)
+		}
+		return nil
+	})
+	if err := c.Get(t.Context(), client.ObjectKey{Namespace: ns, Name: addons.MetricsServerName}, &appsv1.Deployment{}); err != nil {
+		t.Errorf("metrics-server went with the adapter: %v", err)
+	}
+}
+
+func apiServiceAvailable(a *apiregv1.APIService) bool {
+	for _, c := range a.Status.Conditions {
+		if c.Type == apiregv1.Available {
+			return c.Status == apiregv1.ConditionTrue
+		}
+	}
+	return false
 }

@@ -122,8 +122,9 @@ func addonsCondition(base error, statuses []fkev1.AddonStatus, gen int64) metav1
 // enabled addon, so disabled ones stop), then each addon's objects in the
 // tenant, and records status.addons and AddonsReady. base is the outcome of
 // installing the addons every cluster gets. It reports whether an addon is
-// being installed or removed (the caller polls sooner).
-func (r *Reconciler) reconcileAddons(ctx context.Context, cl *fkev1.Cluster, key, endpoint string, b pki.Bundle, cfg *rest.Config, base error) (pending bool) {
+// being installed or removed (the caller polls sooner). n is where the
+// runtime runs the processes.
+func (r *Reconciler) reconcileAddons(ctx context.Context, cl *fkev1.Cluster, key string, n controlplane.AddonNetwork, b pki.Bundle, cfg *rest.Config, base error) (pending bool) {
 	log := logr.FromContextOrDiscard(ctx)
 	obs := make([]addonObservation, len(r.Managed))
 	var procs []controlplane.Addon
@@ -132,7 +133,7 @@ func (r *Reconciler) reconcileAddons(ctx context.Context, cl *fkev1.Cluster, key
 		if !obs[i].Enabled {
 			continue
 		}
-		ps, err := a.Processes(cl, endpoint, b)
+		ps, err := a.Processes(cl, n, b)
 		if err != nil {
 			obs[i].Err = err
 			continue
@@ -179,7 +180,7 @@ func (r *Reconciler) reconcileAddons(ctx context.Context, cl *fkev1.Cluster, key
 		}
 		// The objects go in while the process starts: it needs its RBAC to
 		// become healthy.
-		if err := a.Install(ctx, cfg, cl, b); err != nil {
+		if err := a.Install(ctx, cfg, cl, b, n); err != nil {
 			o.Err = err
 			continue
 		}
@@ -256,4 +257,17 @@ func findAddon(statuses []fkev1.AddonStatus, name string) (*fkev1.AddonStatus, b
 		return nil, false
 	}
 	return &statuses[i], true
+}
+
+// addonNetwork is where st's runtime runs addon processes; a runtime that
+// says nothing runs them beside its API server on loopback.
+func addonNetwork(st controlplane.Status) controlplane.AddonNetwork {
+	n := st.AddonNetwork
+	if n.APIServer == "" {
+		n.APIServer = st.Endpoint
+	}
+	if n.BindAddress == "" && n.ServiceDomain == "" {
+		n.BindAddress = "127.0.0.1"
+	}
+	return n
 }

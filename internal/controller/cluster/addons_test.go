@@ -151,7 +151,7 @@ type fakeAddon struct {
 func (f *fakeAddon) Name() string                { return "fake" }
 func (f *fakeAddon) Version() string             { return "v1" }
 func (f *fakeAddon) Enabled(*fkev1.Cluster) bool { return f.enabled }
-func (f *fakeAddon) Processes(*fkev1.Cluster, string, pki.Bundle) ([]controlplane.Addon, error) {
+func (f *fakeAddon) Processes(*fkev1.Cluster, controlplane.AddonNetwork, pki.Bundle) ([]controlplane.Addon, error) {
 	if len(f.parts) == 0 {
 		return []controlplane.Addon{{Name: "fake", Binary: "fake"}}, nil
 	}
@@ -161,7 +161,7 @@ func (f *fakeAddon) Processes(*fkev1.Cluster, string, pki.Bundle) ([]controlplan
 	}
 	return out, nil
 }
-func (f *fakeAddon) Install(context.Context, *rest.Config, *fkev1.Cluster, pki.Bundle) error {
+func (f *fakeAddon) Install(context.Context, *rest.Config, *fkev1.Cluster, pki.Bundle, controlplane.AddonNetwork) error {
 	f.calls = append(f.calls, "install")
 	return nil
 }
@@ -221,7 +221,7 @@ func TestReconcileAddons(t *testing.T) {
 			if tc.known {
 				cl.Status.Addons = []fkev1.AddonStatus{{Name: "fake", Phase: fkev1.AddonReady}}
 			}
-			pending := r.reconcileAddons(context.Background(), cl, "default/demo", "https://127.0.0.1:1", pki.Bundle{}, &rest.Config{}, nil)
+			pending := r.reconcileAddons(context.Background(), cl, "default/demo", controlplane.AddonNetwork{APIServer: "https://127.0.0.1:1", BindAddress: "127.0.0.1"}, pki.Bundle{}, &rest.Config{}, nil)
 			if got := strings.Join(a.calls, ","); got != tc.wantCalls {
 				t.Errorf("calls %q, want %q", got, tc.wantCalls)
 			}

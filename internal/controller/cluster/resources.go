@@ -49,10 +49,14 @@ func portFields(p *fkev1.ClusterPorts) []*int32 {
 // Ports added by a later fke (metrics-server's, the GPU metrics adapter's, the VPA webhook's) are allocated for existing
 // clusters the same way, leaving the others as they are.
 func (r *Reconciler) ensurePorts(ctx context.Context, cl *fkev1.Cluster) error {
-	if r.runtime(cl) != r.local() {
-		return nil // other runtimes own their addressing
+	want, err := cl.Status.Ports, error(nil)
+	if r.runtime(cl) == r.local() {
+		want, err = r.allocatePorts(ctx, cl.Status.Ports, false)
+	} else {
+		// Other runtimes own the control plane's addressing and run each
+		// addon in pods of its own, where it listens on a fixed port.
+		want = podAddonPorts(want)
 	}
-	want, err := r.allocatePorts(ctx, cl.Status.Ports, false)
 	if err != nil || want == cl.Status.Ports {
 		return err
 	}
@@ -262,4 +266,27 @@ func ownedSecret(cl *fkev1.Cluster, name string, data map[string][]byte) *corev1
 		Type: corev1.SecretTypeOpaque,
 		Data: data,
 	}
+}
+
+// Ports of the addons in their pods (a runtime that runs them in pods):
+// metrics-server's and the custom metrics adapter's as upstream's
+// manifests set them.
+const (
+	podMetricsServerPort = 10250
+	podGPUMetricsPort    = 6443
+	podVPAWebhookPort    = 8000
+)
+
+// podAddonPorts returns p with the addons' ports of a runtime that runs
+// them in pods, where not set yet.
+func podAddonPorts(p fkev1.ClusterPorts) fkev1.ClusterPorts {
+	for _, f := range []struct {
+		port *int32
+		want int32
+	}{{&p.MetricsServer, podMetricsServerPort}, {&p.GPUMetrics, podGPUMetricsPort}, {&p.VPAWebhook, podVPAWebhookPort}} {
+		if *f.port == 0 {
+			*f.port = f.want
+		}
+	}
+	return p
 }

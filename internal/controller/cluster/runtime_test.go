@@ -52,7 +52,8 @@ func TestRuntimeOfCluster(t *testing.T) {
 }
 
 // TestHostedClusterGetsNoPorts: ports on loopback are the local runtime's
-// addressing; a hosted cluster's runtime owns its own.
+// addressing; a hosted cluster's runtime owns its own, and its addons
+// listen on fixed ports in their pods.
 func TestHostedClusterGetsNoPorts(t *testing.T) {
 	cl := &fkev1.Cluster{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "h"}, Spec: fkev1.ClusterSpec{Runtime: fkev1.RuntimeHosted}}
 	c := fake.NewClientBuilder().WithScheme(testScheme(t)).WithObjects(cl).WithStatusSubresource(cl).Build()
@@ -62,8 +63,9 @@ func TestHostedClusterGetsNoPorts(t *testing.T) {
 	if err := r.ensurePorts(context.Background(), cl); err != nil {
 		t.Fatal(err)
 	}
-	if cl.Status.Ports != (fkev1.ClusterPorts{}) {
-		t.Errorf("a hosted cluster got ports %+v", cl.Status.Ports)
+	want := fkev1.ClusterPorts{MetricsServer: podMetricsServerPort, GPUMetrics: podGPUMetricsPort, VPAWebhook: podVPAWebhookPort}
+	if cl.Status.Ports != want {
+		t.Errorf("a hosted cluster got ports %+v, want only the addons' %+v", cl.Status.Ports, want)
 	}
 }
 

@@ -455,6 +455,11 @@ func (r *Runtime) Status(ctx context.Context, key string) (controlplane.Status, 
 	if err := r.c.List(ctx, &pods, client.InNamespace(ns)); err != nil {
 		return controlplane.Status{}, fmt.Errorf("listing pods of %s: %w", ns, err)
 	}
+	addons, err := r.addonDeployments(ctx, ns)
+	if err != nil {
+		return controlplane.Status{}, err
+	}
+	st.Addons, st.AddonNetwork = addonStatus(addons, pods.Items), addonNetwork(ns)
 	restarts := map[string]int{}
 	for _, p := range pods.Items {
 		for _, c := range p.Status.ContainerStatuses {
@@ -532,11 +537,20 @@ func (r *Runtime) etcdStatus(ctx context.Context, ns, datastore, key string) (co
 	return cs, nil
 }
 
-// Stop scales kube-apiserver, kube-controller-manager and kube-scheduler
-// to zero and keeps the datastore; Ensure scales them back.
+// Stop scales kube-apiserver, kube-controller-manager, kube-scheduler and
+// the addons to zero and keeps the datastore; Ensure scales the components
+// back, EnsureAddons the addons.
 func (r *Runtime) Stop(ctx context.Context, key string) error {
 	ns := Namespace(key)
-	for _, c := range controlplane.Components[1:] {
+	addons, err := r.addonDeployments(ctx, ns)
+	if err != nil {
+		return err
+	}
+	names := slices.Clone(controlplane.Components[1:])
+	for _, d := range addons {
+		names = append(names, d.Name)
+	}
+	for _, c := range names {
 		d := &appsv1.Deployment{}
 		if err := r.c.Get(ctx, client.ObjectKey{Namespace: ns, Name: c}, d); err != nil {
 			if apierrors.IsNotFound(err) {
@@ -650,18 +664,4 @@ func (r *Runtime) SetAsideData(context.Context, string) error {
 // Adopt is not available: the hosted runtime keeps no warm pool.
 func (r *Runtime) Adopt(context.Context, string, string) error {
 	return errors.New("the hosted runtime keeps no warm pool")
-}
-
-// EnsureAddons: addons that serve the tenant's API server do not run on
-// the hosted runtime yet; asking for any is an error that names them.
-func (r *Runtime) EnsureAddons(ctx context.Context, key string, addons []controlplane.Addon) (controlplane.Status, error) {
-	st, err := r.Status(ctx, key)
-	if err != nil || len(addons) == 0 {
-		return st, err
-	}
-	names := make([]string, len(addons))
-	for i, a := range addons {
-		names[i] = a.Name
-	}
-	return st, fmt.Errorf("addons served beside the control plane (%v) do not run on the hosted runtime yet; turn them off in spec.addons", names)
 }

@@ -11,7 +11,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
-	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"fke.dev/fke/internal/image"
@@ -43,53 +42,14 @@ func (r *Runtime) RunKwok(ctx context.Context, key string, files map[string][]by
 // kwok.WorkloadDir, /healthz on kwok.WorkloadPort for its probes. One
 // replica, replaced (never two kwoks playing the same nodes).
 func kwokDeployment(ns, img string, args []string, hash string, keys []string) *appsv1.Deployment {
-	labels := componentLabels(KwokName)
-	items := make([]corev1.KeyToPath, 0, len(keys))
-	for _, k := range keys {
-		items = append(items, corev1.KeyToPath{Key: k, Path: k})
-	}
-	health := func(kind probeKind) *corev1.Probe {
-		return probe(corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/healthz", Port: intstr.FromInt32(kwok.WorkloadPort)}}, kind)
-	}
-	d := &appsv1.Deployment{
-		TypeMeta:   metav1.TypeMeta{APIVersion: "apps/v1", Kind: "Deployment"},
-		ObjectMeta: meta(KwokName, ns, labels),
-		Spec: appsv1.DeploymentSpec{
-			Replicas: ptr.To[int32](1),
-			Selector: &metav1.LabelSelector{MatchLabels: labels},
-			Strategy: appsv1.DeploymentStrategy{Type: appsv1.RecreateDeploymentStrategyType},
-			Template: corev1.PodTemplateSpec{
-				ObjectMeta: metav1.ObjectMeta{Labels: labels, Annotations: map[string]string{AnnotationSecretHash: hash}},
-				Spec: corev1.PodSpec{
-					AutomountServiceAccountToken:  ptr.To(false),
-					EnableServiceLinks:            ptr.To(false),
-					SecurityContext:               podSecurity(),
-					TerminationGracePeriodSeconds: ptr.To[int64](5),
-					Volumes: []corev1.Volume{{Name: "files", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{
-						SecretName: KwokName, Items: items, DefaultMode: ptr.To[int32](0o440),
-					}}}, {Name: "tmp", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}},
-					Containers: []corev1.Container{{
-						Name:    KwokName,
-						Image:   img,
-						Command: append([]string{image.Kwok.Path}, args...),
-						Ports:   []corev1.ContainerPort{{Name: "kubelet", ContainerPort: kwok.WorkloadPort}},
-						// kwok keeps its own files under $HOME/.kwok.
-						Env:             []corev1.EnvVar{{Name: "GOGC", Value: "50"}, {Name: "HOME", Value: "/tmp"}},
-						Resources:       requests("50m", "64Mi"),
-						SecurityContext: containerSecurity(),
-						VolumeMounts: []corev1.VolumeMount{
-							{Name: "files", MountPath: kwok.WorkloadDir, ReadOnly: true},
-							{Name: "tmp", MountPath: "/tmp"},
-						},
-						StartupProbe:   health(startup),
-						LivenessProbe:  health(liveness),
-						ReadinessProbe: health(readinessReport),
-					}},
-				},
-			},
-		},
-	}
-	return d
+	return workload{
+		name: KwokName, labels: componentLabels(KwokName), image: img, command: image.Kwok.Path, args: args,
+		port: corev1.ContainerPort{Name: "kubelet", ContainerPort: kwok.WorkloadPort}, mountDir: kwok.WorkloadDir,
+		// kwok keeps its own files under $HOME/.kwok.
+		env:    []corev1.EnvVar{{Name: "HOME", Value: "/tmp"}},
+		health: &corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/healthz", Port: intstr.FromInt32(kwok.WorkloadPort)}},
+		hash:   hash, keys: keys,
+	}.deployment(ns)
 }
 
 // StopKwok removes the kwok Deployment and Secret of the cluster with key.

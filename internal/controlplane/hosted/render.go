@@ -317,6 +317,73 @@ func (p plane) deployment(component string, replicas int32, args []string, port 
 	return d
 }
 
+// workload is a Deployment of one replica beside the control plane (kwok,
+// an addon process): one container running command of image with args,
+// its files (keys of the Secret named like it) at mountDir, replaced on
+// change (Recreate: never two at once) and when hash changes.
+type workload struct {
+	name    string
+	labels  map[string]string
+	image   string
+	command string
+	args    []string
+	// port is the container's port (none when its number is 0).
+	port     corev1.ContainerPort
+	mountDir string
+	env      []corev1.EnvVar
+	// health probes startup, liveness and readiness (none when nil).
+	health *corev1.ProbeHandler
+	hash   string
+	keys   []string
+}
+
+func (w workload) deployment(ns string) *appsv1.Deployment {
+	items := make([]corev1.KeyToPath, 0, len(w.keys))
+	for _, k := range w.keys {
+		items = append(items, corev1.KeyToPath{Key: k, Path: k})
+	}
+	c := corev1.Container{
+		Name:            w.name,
+		Image:           w.image,
+		Command:         append([]string{w.command}, w.args...),
+		Env:             append([]corev1.EnvVar{{Name: "GOGC", Value: "50"}}, w.env...),
+		Resources:       requests("50m", "64Mi"),
+		SecurityContext: containerSecurity(),
+		VolumeMounts: []corev1.VolumeMount{
+			{Name: "files", MountPath: w.mountDir, ReadOnly: true},
+			{Name: "tmp", MountPath: "/tmp"},
+		},
+	}
+	if w.port.ContainerPort != 0 {
+		c.Ports = []corev1.ContainerPort{w.port}
+	}
+	if w.health != nil {
+		c.StartupProbe, c.LivenessProbe, c.ReadinessProbe = probe(*w.health, startup), probe(*w.health, liveness), probe(*w.health, readinessReport)
+	}
+	return &appsv1.Deployment{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "apps/v1", Kind: "Deployment"},
+		ObjectMeta: meta(w.name, ns, w.labels),
+		Spec: appsv1.DeploymentSpec{
+			Replicas: ptr.To[int32](1),
+			Selector: &metav1.LabelSelector{MatchLabels: w.labels},
+			Strategy: appsv1.DeploymentStrategy{Type: appsv1.RecreateDeploymentStrategyType},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: w.labels, Annotations: map[string]string{AnnotationSecretHash: w.hash}},
+				Spec: corev1.PodSpec{
+					AutomountServiceAccountToken:  ptr.To(false),
+					EnableServiceLinks:            ptr.To(false),
+					SecurityContext:               podSecurity(),
+					TerminationGracePeriodSeconds: ptr.To[int64](5),
+					Volumes: []corev1.Volume{{Name: "files", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{
+						SecretName: w.name, Items: items, DefaultMode: ptr.To[int32](0o440),
+					}}}, {Name: "tmp", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}},
+					Containers: []corev1.Container{c},
+				},
+			},
+		},
+	}
+}
+
 // spread prefers one replica per node.
 func spread(labels map[string]string) *corev1.Affinity {
 	return &corev1.Affinity{PodAntiAffinity: &corev1.PodAntiAffinity{

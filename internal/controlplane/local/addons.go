@@ -20,6 +20,10 @@ func (l layout) addonDir(name string) string { return filepath.Join(l.root, "add
 
 func addonProcessName(key, addon string) string { return key + "/addon/" + addon }
 
+// addonBindAddress: addon processes listen on loopback, where the API
+// server beside them calls them.
+const addonBindAddress = "127.0.0.1"
+
 // EnsureAddons implements controlplane.Runtime.
 func (r *Runtime) EnsureAddons(ctx context.Context, key string, addons []controlplane.Addon) (controlplane.Status, error) {
 	r.mu.Lock()
@@ -78,7 +82,7 @@ func (r *Runtime) ensureAddonLocked(ctx context.Context, key string, layout layo
 	}
 	args := make([]string, len(a.Args))
 	for i, arg := range a.Args {
-		args[i] = strings.ReplaceAll(arg, controlplane.AddonDirVar, dir)
+		args[i] = strings.NewReplacer(controlplane.AddonDirVar, dir, controlplane.AddonBindVar, addonBindAddress).Replace(arg)
 	}
 	spec := supervisor.Spec{Name: name, Path: path, Args: args, Env: componentEnv(a.Name), LogPath: layout.log(a.Name)}
 	if a.HealthURL != "" {
@@ -148,7 +152,7 @@ func (r *Runtime) addonStatusLocked(key string) []controlplane.ComponentStatus {
 }
 
 func sameAddon(a, b controlplane.Addon) bool {
-	return a.Binary == b.Binary && slices.Equal(a.Args, b.Args) && maps.EqualFunc(a.Files, b.Files, bytes.Equal) &&
+	return a.Binary == b.Binary && slices.Equal(a.Args, b.Args) && a.Port == b.Port && maps.EqualFunc(a.Files, b.Files, bytes.Equal) &&
 		a.HealthURL == b.HealthURL && bytes.Equal(a.HealthCA, b.HealthCA) && a.HealthServerName == b.HealthServerName &&
 		bytes.Equal(a.HealthClientCert, b.HealthClientCert) && bytes.Equal(a.HealthClientKey, b.HealthClientKey)
 }

@@ -334,6 +334,7 @@ func (r *Runtime) statusLocked(key string) controlplane.Status {
 		st.Components = append(st.Components, cs)
 	}
 	st.Addons = r.addonStatusLocked(key)
+	st.AddonNetwork = controlplane.AddonNetwork{APIServer: st.Endpoint, BindAddress: addonBindAddress}
 	return st
 }
 
