@@ -401,7 +401,8 @@ func TestRBAC(t *testing.T) {
 	for _, n := range append(withRuntime,
 		need{"", "namespaces", []string{"get", "list", "create", "patch", "delete"}},
 		need{"", "secrets", []string{"create", "patch", "delete"}},
-		need{"", "services", []string{"get", "create", "patch"}},
+		// An addon turned off: its Service goes.
+		need{"", "services", []string{"get", "create", "patch", "delete"}},
 		// kwok of hosted clusters: applied, and removed with the pool's cluster.
 		need{"apps", "deployments", []string{"get", "list", "create", "patch", "delete"}},
 		need{"apps", "statefulsets", []string{"get", "create", "patch"}},
