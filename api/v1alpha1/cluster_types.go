@@ -38,7 +38,6 @@ const DefaultServiceCIDR = "10.96.0.0/16"
 
 // ClusterSpec is the desired state of a tenant Kubernetes cluster.
 // +kubebuilder:validation:XValidation:rule="!has(self.datastore) || self.datastore != 'shared' || (has(self.runtime) && self.runtime == 'hosted')",message="the shared datastore needs runtime hosted: set runtime: hosted or datastore: dedicated"
-// +kubebuilder:validation:XValidation:rule="!has(self.runtime) || self.runtime != 'hosted' || !has(self.addons) || !has(self.addons.verticalPodAutoscaler) || !has(self.addons.verticalPodAutoscaler.enabled) || !self.addons.verticalPodAutoscaler.enabled",message="the vertical pod autoscaler runs beside local control planes only (the API server calls its webhook on loopback): turn it off for runtime hosted"
 type ClusterSpec struct {
 	// Version is the Kubernetes version of the control plane, e.g. v1.37.2.
 	// Only the versions this fke runs are accepted (`fke versions`, checked by
@@ -306,8 +305,7 @@ type ClusterAddons struct {
 	GPUMetrics GPUMetricsAddon `json:"gpuMetrics,omitempty"`
 	// VerticalPodAutoscaler runs the upstream Vertical Pod Autoscaler
 	// (recommender, updater, admission controller) for the cluster. Off by
-	// default; it reads usage from metrics-server, which must stay on. Not
-	// available with runtime hosted yet.
+	// default; it reads usage from metrics-server, which must stay on.
 	// +optional
 	VerticalPodAutoscaler VerticalPodAutoscalerAddon `json:"verticalPodAutoscaler,omitempty"`
 }

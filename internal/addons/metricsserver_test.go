@@ -149,7 +149,9 @@ func TestAddonImages(t *testing.T) {
 	if !ok || !strings.HasSuffix(si.Name, ":"+MetricsServerVersion) {
 		t.Errorf("metrics-server image %+v (%v), want tag %s", si, ok, MetricsServerVersion)
 	}
-	if _, ok := image.Addon(gpuMetricsAPI.binary); !ok {
-		t.Errorf("no image of %s", gpuMetricsAPI.binary)
+	for _, b := range []string{gpuMetricsAPI.binary, VPABinary} {
+		if _, ok := image.Addon(b); !ok {
+			t.Errorf("no image of %s", b)
+		}
 	}
 }

@@ -14,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	admissionac "k8s.io/client-go/applyconfigurations/admissionregistration/v1"
 	metav1ac "k8s.io/client-go/applyconfigurations/meta/v1"
+	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
 	rbacv1ac "k8s.io/client-go/applyconfigurations/rbac/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -40,6 +41,10 @@ const (
 	// controller; VPAWebhook is its one webhook.
 	VPAWebhookConfig = "vpa-webhook-config"
 	VPAWebhook       = "vpa.k8s.io"
+	// VPAWebhookService is the ExternalName Service in kube-system the
+	// webhook names (its serving certificate holds
+	// pki.VPAWebhookServiceName).
+	VPAWebhookService = "vpa-webhook"
 	// VPAClusterRole is what the three components may do, bound to their
 	// user (pki.VPAUser).
 	VPAClusterRole = "fke:vertical-pod-autoscaler"
@@ -72,13 +77,14 @@ var VPAWebhookClients = []string{pki.APIServerWebhookUser, pki.ManagerUser}
 // the cluster (fke-vpa, see internal/vpa), so it works whatever nodes the
 // cluster has. The recommender reads usage from the resource metrics API
 // (metrics-server), the updater evicts pods whose requests are far from the
-// recommendation, and the admission controller, a mutating webhook the API
-// server calls at https://127.0.0.1:<port> (a serving certificate of the
-// cluster CA for 127.0.0.1), sets the recommended requests on new pods.
-// The webhook takes only callers with a client certificate of the cluster
-// CA named in VPAWebhookClients (the API server presents its own, see the
-// local runtime's admission configuration); the process listens on nothing
-// else. The three act as one user of the tenant (pki.VPAUser) with the
+// recommendation, and the admission controller, a mutating webhook, sets
+// the recommended requests on new pods. The webhook names the ExternalName
+// Service VPAWebhookService, whose name is where the runtime runs the
+// process (127.0.0.1 beside a local API server), and the process serves a
+// certificate of the cluster CA for pki.VPAWebhookServiceName. It takes
+// only callers with a client certificate of the cluster CA named in
+// VPAWebhookClients (the API server presents its own, see
+// controlplane.AdmissionConfig); the process listens on nothing else. The three act as one user of the tenant (pki.VPAUser) with the
 // permissions upstream's RBAC grants them together. Turning the addon off
 // removes the webhook, the process and the RBAC; the CRDs stay, with the
 // users' VerticalPodAutoscaler objects.
@@ -98,12 +104,8 @@ func (VerticalPodAutoscaler) Enabled(cl *fkev1.Cluster) bool {
 }
 
 // Processes implements Managed: fke-vpa, which runs the recommender, the
-// updater and the admission controller, beside the API server on loopback
-// only (see errVPANotLoopback).
+// updater and the admission controller.
 func (VerticalPodAutoscaler) Processes(cl *fkev1.Cluster, n controlplane.AddonNetwork, b pki.Bundle) ([]controlplane.Addon, error) {
-	if !n.Loopback() {
-		return nil, errVPANotLoopback
-	}
 	port := int(cl.Status.Ports.VPAWebhook)
 	if port == 0 {
 		return nil, errors.New("no port allocated for the VPA admission controller")
@@ -141,24 +143,17 @@ func (VerticalPodAutoscaler) Processes(cl *fkev1.Cluster, n controlplane.AddonNe
 			"--allowed-clients=" + strings.Join(VPAWebhookClients, ","),
 		},
 		Port:             int32(port),
-		HealthURL:        vpaWebhookURL(port) + "/healthz",
+		HealthURL:        "https://127.0.0.1:" + strconv.Itoa(port) + "/healthz",
 		HealthCA:         b[pki.CACertFile],
+		HealthServerName: pki.VPAWebhookServiceName,
 		HealthClientCert: b[pki.ManagerCertFile],
 		HealthClientKey:  b[pki.ManagerKeyFile],
 	}}, nil
 }
 
-// errVPANotLoopback: the API server calls the admission controller at
-// https://127.0.0.1 with a client certificate of its own, which only the
-// local runtime's API server presents (its admission configuration).
-var errVPANotLoopback = errors.New("the vertical pod autoscaler runs beside a local control plane only: " +
-	"its admission webhook is called on loopback; turn it off (spec.addons.verticalPodAutoscaler.enabled: false) on hosted clusters")
-
-// Install implements Managed: the CRDs, the RBAC and the webhook.
+// Install implements Managed: the CRDs, the RBAC, the webhook's Service
+// (to the process on n) and the webhook.
 func (VerticalPodAutoscaler) Install(ctx context.Context, cfg *rest.Config, cl *fkev1.Cluster, b pki.Bundle, n controlplane.AddonNetwork) error {
-	if !n.Loopback() {
-		return errVPANotLoopback
-	}
 	port := cl.Status.Ports.VPAWebhook
 	if port == 0 {
 		return errors.New("VPA: no port allocated for the admission controller")
@@ -194,7 +189,12 @@ func (VerticalPodAutoscaler) Install(ctx context.Context, cfg *rest.Config, cl *
 		WithSubjects(user), apply); err != nil {
 		return fmt.Errorf("VPA: applying ClusterRoleBinding %s: %w", VPAClusterRole, err)
 	}
-	if _, err := cs.AdmissionregistrationV1().MutatingWebhookConfigurations().Apply(ctx, vpaWebhook(int(port), b[pki.CACertFile], labels), apply); err != nil {
+	if _, err := cs.CoreV1().Services(metav1.NamespaceSystem).Apply(ctx, corev1ac.Service(VPAWebhookService, metav1.NamespaceSystem).WithLabels(labels).
+		WithSpec(corev1ac.ServiceSpec().WithType(corev1.ServiceTypeExternalName).WithExternalName(n.Host(VPAName)).
+			WithPorts(corev1ac.ServicePort().WithName("https").WithProtocol(corev1.ProtocolTCP).WithPort(port))), apply); err != nil {
+		return fmt.Errorf("VPA: applying Service %s: %w", VPAWebhookService, err)
+	}
+	if _, err := cs.AdmissionregistrationV1().MutatingWebhookConfigurations().Apply(ctx, vpaWebhook(port, b[pki.CACertFile], labels), apply); err != nil {
 		return fmt.Errorf("VPA: applying MutatingWebhookConfiguration %s: %w", VPAWebhookConfig, err)
 	}
 	return nil
@@ -226,18 +226,15 @@ func vpaRules() []*rbacv1ac.PolicyRuleApplyConfiguration {
 	}
 }
 
-// vpaWebhookURL is where the API server calls the webhook on port.
-func vpaWebhookURL(port int) string { return "https://127.0.0.1:" + strconv.Itoa(port) }
-
 // vpaWebhook is the admission controller's webhook as upstream registers
 // it (new pods, and VPA objects on create and update; failures ignored, so
-// pods are admitted when it is down), reached by URL on loopback.
-func vpaWebhook(port int, caPEM []byte, labels map[string]string) *admissionac.MutatingWebhookConfigurationApplyConfiguration {
-	url := vpaWebhookURL(port)
+// pods are admitted when it is down), reached through VPAWebhookService.
+func vpaWebhook(port int32, caPEM []byte, labels map[string]string) *admissionac.MutatingWebhookConfigurationApplyConfiguration {
 	return admissionac.MutatingWebhookConfiguration(VPAWebhookConfig).WithLabels(labels).WithWebhooks(
 		admissionac.MutatingWebhook().WithName(VPAWebhook).
 			WithAdmissionReviewVersions("v1").
-			WithClientConfig(admissionac.WebhookClientConfig().WithURL(url).WithCABundle(caPEM...)).
+			WithClientConfig(admissionac.WebhookClientConfig().WithCABundle(caPEM...).
+				WithService(admissionac.ServiceReference().WithNamespace(metav1.NamespaceSystem).WithName(VPAWebhookService).WithPort(port))).
 			WithRules(
 				admissionac.RuleWithOperations().WithOperations(admissionregistrationv1.Create).
 					WithAPIGroups("").WithAPIVersions("v1").WithResources("pods"),
@@ -293,6 +290,9 @@ func (VerticalPodAutoscaler) Remove(ctx context.Context, cfg *rest.Config) error
 	}{
 		{"MutatingWebhookConfiguration " + VPAWebhookConfig, func() error {
 			return cs.AdmissionregistrationV1().MutatingWebhookConfigurations().Delete(ctx, VPAWebhookConfig, del)
+		}},
+		{"Service " + VPAWebhookService, func() error {
+			return cs.CoreV1().Services(metav1.NamespaceSystem).Delete(ctx, VPAWebhookService, del)
 		}},
 		{"ClusterRoleBinding " + VPAClusterRole, func() error { return cs.RbacV1().ClusterRoleBindings().Delete(ctx, VPAClusterRole, del) }},
 		{"ClusterRole " + VPAClusterRole, func() error { return cs.RbacV1().ClusterRoles().Delete(ctx, VPAClusterRole, del) }},

@@ -51,7 +51,7 @@ func TestVPAProcesses(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if p.HealthURL != "https://127.0.0.1:30123/healthz" || !slices.Contains(VPAWebhookClients, kp.Cert.Subject.CommonName) {
+	if p.HealthURL != "https://127.0.0.1:30123/healthz" || p.HealthServerName != pki.VPAWebhookServiceName || !slices.Contains(VPAWebhookClients, kp.Cert.Subject.CommonName) {
 		t.Errorf("health check %s as %s", p.HealthURL, kp.Cert.Subject.CommonName)
 	}
 
@@ -62,12 +62,6 @@ func TestVPAProcesses(t *testing.T) {
 	if _, err := (VerticalPodAutoscaler{}).Processes(cl, loopbackNet, short); err == nil || !strings.Contains(err.Error(), pki.VPAWebhookCertFile) {
 		t.Errorf("missing certificate: %v", err)
 	}
-	// In a management cluster's pods, the API server could not call the
-	// webhook: refused, saying what to do.
-	pods := controlplane.AddonNetwork{APIServer: "https://kube-apiserver.fke-default-demo.svc:6443", BindAddress: "0.0.0.0", ServiceDomain: "fke-default-demo.svc"}
-	if _, err := (VerticalPodAutoscaler{}).Processes(cl, pods, b); err == nil || !strings.Contains(err.Error(), "verticalPodAutoscaler.enabled: false") {
-		t.Errorf("VPA on pods: %v, want refused", err)
-	}
 }
 
 func TestVPAWebhook(t *testing.T) {
@@ -76,7 +70,8 @@ func TestVPAWebhook(t *testing.T) {
 		t.Fatalf("%d webhooks", len(w.Webhooks))
 	}
 	h := w.Webhooks[0]
-	if *h.ClientConfig.URL != "https://127.0.0.1:30123" || string(h.ClientConfig.CABundle) != "CA" {
+	if s := h.ClientConfig.Service; h.ClientConfig.URL != nil || s == nil || *s.Namespace != "kube-system" || *s.Name != VPAWebhookService || *s.Port != 30123 ||
+		string(h.ClientConfig.CABundle) != "CA" {
 		t.Errorf("client config %+v", h.ClientConfig)
 	}
 	if *h.FailurePolicy != "Ignore" {

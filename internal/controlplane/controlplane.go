@@ -124,12 +124,6 @@ func (n AddonNetwork) Host(name string) string {
 	return n.BindAddress
 }
 
-// Loopback reports whether the API server reaches addon processes on
-// loopback, beside its own process.
-func (n AddonNetwork) Loopback() bool {
-	return n.ServiceDomain == "" && net.ParseIP(n.BindAddress).IsLoopback()
-}
-
 // AddonStatus returns the status of the addon process name, and whether
 // one runs under that name.
 func (s Status) AddonStatus(name string) (ComponentStatus, bool) {

@@ -84,8 +84,8 @@ func ControlPlaneImages(version string) []SystemImage {
 
 // addonTags are the tags of the addon images, by binary: metrics-server
 // at the version fke builds (hack/k8s/metrics-server, the addons package
-// checks the two agree), fke's GPU metrics adapter at v1.
-var addonTags = map[string]string{"metrics-server": "v0.8.0", "fke-gpu-metrics": "v1"}
+// checks the two agree), fke's GPU metrics adapter and VPA at v1.
+var addonTags = map[string]string{"metrics-server": "v0.8.0", "fke-gpu-metrics": "v1", "fke-vpa": "v1"}
 
 // Addon is the image of an addon process (controlplane.Addon) for the
 // hosted runtime, which runs it in pods: <ControlPlaneRepository>/<binary>

@@ -53,7 +53,8 @@ const (
 	// GPUMetricsClient is the GPU metrics adapter's client certificate.
 	GPUMetricsClient = "gpu-metrics-client"
 	// VPAWebhook is the VPA admission controller's serving certificate,
-	// for 127.0.0.1 (the API server calls it there, by URL).
+	// for the name the API server checks when it calls the webhook through
+	// its Service (VPAWebhookServiceName).
 	VPAWebhook = "vpa-webhook"
 	// VPAClient is the client certificate of the VPA's three components.
 	VPAClient = "vpa-client"
@@ -130,6 +131,9 @@ const (
 	// MetricsServerServiceName is the DNS name under which the tenant's
 	// aggregator reaches metrics-server: <Service>.<namespace>.svc.
 	MetricsServerServiceName = "metrics-server.kube-system.svc"
+	// VPAWebhookServiceName is the DNS name under which the tenant's API
+	// server calls the VPA admission controller: <Service>.<namespace>.svc.
+	VPAWebhookServiceName = "vpa-webhook.kube-system.svc"
 	// VPAUser is the user the VPA's recommender, updater and admission
 	// controller act as.
 	VPAUser = "fke:vertical-pod-autoscaler"
@@ -225,7 +229,7 @@ var leaves = []leaf{
 	}},
 	{GPUMetricsClient, CA, client(GPUMetricsUser)},
 	{VPAWebhook, CA, func(ControlPlaneSpec) CertSpec {
-		return CertSpec{CommonName: "vpa-webhook", IPs: []net.IP{net.IPv4(127, 0, 0, 1)}, Usages: UsageServer}
+		return CertSpec{CommonName: VPAWebhookServiceName, DNSNames: []string{VPAWebhookServiceName}, Usages: UsageServer}
 	}},
 	{VPAClient, CA, client(VPAUser)},
 	{LoopbackKubelet, CA, func(ControlPlaneSpec) CertSpec {

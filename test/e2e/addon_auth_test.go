@@ -90,7 +90,7 @@ func TestAddonsRequireAuthentication(t *testing.T) {
 			[]string{"/apis/metrics.k8s.io/v1beta1/nodes", "/apis/metrics.k8s.io/v1beta1/namespaces/kube-system/pods", "/metrics"}},
 		{addons.GPUMetricsName, ports.GPUMetrics, "--secure-port=" + strconv.Itoa(int(ports.GPUMetrics)), pki.GPUMetricsServiceName,
 			[]string{"/apis/custom.metrics.k8s.io/v1beta2/namespaces/default/pods/*/DCGM_FI_DEV_GPU_UTIL", "/metrics"}},
-		{addons.VPAName, ports.VPAWebhook, "--webhook-address=127.0.0.1:" + strconv.Itoa(int(ports.VPAWebhook)), "",
+		{addons.VPAName, ports.VPAWebhook, "--webhook-address=127.0.0.1:" + strconv.Itoa(int(ports.VPAWebhook)), pki.VPAWebhookServiceName,
 			[]string{"/", "/healthz", "/metrics", "/health-check"}},
 	}
 	for _, ep := range endpoints {
@@ -184,7 +184,7 @@ func TestAddonsRequireAuthentication(t *testing.T) {
 		if _, err := dyn.Resource(vpaGVR).Namespace("default").Create(ctx, vpa("valid", "100m", "1"), metav1.CreateOptions{}); err != nil {
 			t.Errorf("a valid VPA: %v", err)
 		}
-		code, body, err := httpGet(caller(own, pki.Manager, ""), "https://127.0.0.1:"+strconv.Itoa(int(ports.VPAWebhook))+"/healthz", nil)
+		code, body, err := httpGet(caller(own, pki.Manager, pki.VPAWebhookServiceName), "https://127.0.0.1:"+strconv.Itoa(int(ports.VPAWebhook))+"/healthz", nil)
 		if err != nil || code != http.StatusOK || body != "ok" {
 			t.Errorf("fke-manager's readiness check: %d %q %v", code, body, err)
 		}

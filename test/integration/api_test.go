@@ -71,10 +71,6 @@ func TestAPIRejectsBadObjects(t *testing.T) {
 			c.Spec.Addons.VerticalPodAutoscaler.Enabled = true
 			c.Spec.Addons.MetricsServer.Enabled = ptr.To(false)
 		}), "the vertical pod autoscaler reads usage from metrics-server"},
-		{"VPA on a hosted control plane", cluster("vpah", func(c *fkev1.Cluster) {
-			c.Spec.Runtime = fkev1.RuntimeHosted
-			c.Spec.Addons.VerticalPodAutoscaler.Enabled = true
-		}), "the vertical pod autoscaler runs beside local control planes only"},
 		{"maintenance window too short", cluster("mw", func(c *fkev1.Cluster) {
 			c.Spec.Maintenance = &fkev1.MaintenanceWindow{Start: "22:00", Duration: metav1.Duration{Duration: 10 * time.Minute}}
 		}), "maintenance duration must be between 30m and 24h"},

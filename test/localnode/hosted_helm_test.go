@@ -18,6 +18,9 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -42,10 +45,10 @@ import (
 // runtime (two manager replicas): two Clusters, one per datastore, are
 // created as a user creates them; the leader's pod is deleted while they
 // are being reconciled; both become Ready, each serves its own admin
-// kubeconfig and refuses the other's; hosted-a's default addons
-// (metrics-server, the GPU metrics adapter) run as pods beside its control
-// plane and serve through its API server; deleting them removes everything
-// they owned.
+// kubeconfig and refuses the other's; hosted-a's addons (metrics-server,
+// the GPU metrics adapter, the VPA) run as pods beside its control plane
+// and serve through its API server; deleting them removes everything they
+// owned.
 func testHostedClusters(t *testing.T, e *testenv.Env, cs kubernetes.Interface, mgmtKubeconfig string) {
 	scheme, err := manager.Scheme()
 	if err != nil {
@@ -68,8 +71,9 @@ func testHostedClusters(t *testing.T, e *testenv.Env, cs kubernetes.Interface, m
 			ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name},
 			Spec:       fkev1.ClusterSpec{Runtime: fkev1.RuntimeHosted, Datastore: ds, Version: versionOf[name], Network: fkev1.ClusterNetwork{PodCIDR: podCIDRs[name]}},
 		}
-		if name == "hosted-b" {
-			// hosted-a keeps the default addons.
+		if name == "hosted-a" {
+			cl.Spec.Addons.VerticalPodAutoscaler.Enabled = true // and the default ones
+		} else {
 			cl.Spec.Addons = fkev1.ClusterAddons{
 				MetricsServer: fkev1.MetricsServerAddon{Enabled: ptr.To(false)},
 				GPUMetrics:    fkev1.GPUMetricsAddon{Enabled: ptr.To(false)},
@@ -148,7 +152,7 @@ func testHostedClusters(t *testing.T, e *testenv.Env, cs kubernetes.Interface, m
 				want = 2 // and etcd's
 			}
 			if name == "hosted-a" {
-				want += 2 // and its two addons'
+				want += 3 // and its three addons'
 			}
 			if len(svcs.Items) != want {
 				t.Errorf("%s: %d Services in %s, want %d", name, len(svcs.Items), ns, want)
@@ -438,8 +442,9 @@ func testHostedUpgrade(t *testing.T, e *testenv.Env, c client.Client, mgmtKubeco
 
 // testHostedAddons: the addons of hosted cluster name become Ready, each a
 // Deployment in the cluster's namespace of the management cluster behind a
-// Service, and their APIs are Available through the tenant's API server;
-// turning the GPU metrics adapter off removes its objects on both sides.
+// Service; their APIs are Available through the tenant's API server, which
+// calls the VPA's webhook with its client certificate; turning the GPU
+// metrics adapter off removes its objects on both sides.
 func testHostedAddons(t *testing.T, c client.Client, name string, cfg *rest.Config) {
 	ns := hosted.Namespace("default/" + name)
 	testenv.Eventually(t, 4*time.Minute, name+" AddonsReady", func() error {
@@ -452,7 +457,7 @@ func testHostedAddons(t *testing.T, c client.Client, name string, cfg *rest.Conf
 		}
 		return nil
 	})
-	for _, addon := range []string{addons.MetricsServerName, addons.GPUMetricsName} {
+	for _, addon := range []string{addons.MetricsServerName, addons.GPUMetricsName, addons.VPAName} {
 		d := &appsv1.Deployment{}
 		if err := c.Get(t.Context(), client.ObjectKey{Namespace: ns, Name: addon}, d); err != nil {
 			t.Errorf("addon %s: %v", addon, err)
@@ -477,6 +482,24 @@ func testHostedAddons(t *testing.T, c client.Client, name string, cfg *rest.Conf
 	// run yet on this cluster's nodes: an empty list, not an error).
 	if _, err := metricsclient.NewForConfigOrDie(cfg).MetricsV1beta1().PodMetricses("kube-system").List(t.Context(), metav1.ListOptions{}); err != nil {
 		t.Errorf("pod metrics: %v", err)
+	}
+
+	// The webhook's failure policy is Ignore: had the API server not
+	// reached it, or not presented its client certificate, the object
+	// would be admitted.
+	inverted := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "autoscaling.k8s.io/v1", "kind": "VerticalPodAutoscaler",
+		"metadata": map[string]any{"name": "inverted"},
+		"spec": map[string]any{
+			"targetRef": map[string]any{"apiVersion": "apps/v1", "kind": "Deployment", "name": "infer"},
+			"resourcePolicy": map[string]any{"containerPolicies": []any{map[string]any{
+				"containerName": "*", "minAllowed": map[string]any{"cpu": "2"}, "maxAllowed": map[string]any{"cpu": "1"},
+			}}},
+		},
+	}}
+	vpas := dynamic.NewForConfigOrDie(cfg).Resource(schema.GroupVersionResource{Group: "autoscaling.k8s.io", Version: "v1", Resource: "verticalpodautoscalers"})
+	if _, err := vpas.Namespace("default").Create(t.Context(), inverted, metav1.CreateOptions{}); err == nil || !strings.Contains(err.Error(), "max resource for cpu is lower than min") {
+		t.Errorf("a VPA with minAllowed above maxAllowed: %v, want the webhook's refusal", err)
 	}
 
 	cl := &fkev1.Cluster{}

@@ -390,7 +390,8 @@ func (r *Runtime) Ensure(ctx context.Context, spec controlplane.Spec) (controlpl
 
 // secretData is every file the components read: the PKI bundle, the
 // kubeconfigs of kube-controller-manager and kube-scheduler (reaching the
-// API server through its Service) and kube-scheduler's configuration.
+// API server through its Service), kube-scheduler's configuration and the
+// API server's admission configuration.
 func secretData(spec controlplane.Spec, ns string) (map[string][]byte, error) {
 	data := map[string][]byte{}
 	for k, v := range spec.PKI {
@@ -405,6 +406,13 @@ func secretData(spec controlplane.Spec, ns string) (map[string][]byte, error) {
 		data[user+".kubeconfig"] = kc
 	}
 	data[schedulerYAML] = controlplane.SchedulerConfig(files{}.Kubeconfig(pki.Scheduler), true)
+	f := files{}
+	kc, err := controlplane.WebhookClientKubeconfig(f.PKI(pki.APIServerWebhookClientCertFile), f.PKI(pki.APIServerWebhookClientKeyFile))
+	if err != nil {
+		return nil, err
+	}
+	data[webhookKubeconfig] = kc
+	data[admissionYAML] = controlplane.AdmissionConfig(f.PKI(webhookKubeconfig))
 	return data, nil
 }
 

@@ -82,6 +82,11 @@ const (
 	datastoreCert = "datastore-client.crt"
 	datastoreKey  = "datastore-client.key"
 	schedulerYAML = "kube-scheduler.yaml"
+	// admissionYAML and webhookKubeconfig tell the API server to present
+	// its webhook client certificate to admission webhooks (the VPA's
+	// requires it).
+	admissionYAML     = "admission.yaml"
+	webhookKubeconfig = "webhook-client.kubeconfig"
 )
 
 // Namespace is the management cluster's namespace of the control plane of
@@ -156,6 +161,7 @@ func (p plane) apiServerArgs() []string {
 		"--etcd-cafile=" + f.PKI(datastoreCA),
 		"--etcd-certfile=" + f.PKI(datastoreCert),
 		"--etcd-keyfile=" + f.PKI(datastoreKey),
+		"--admission-control-config-file=" + f.PKI(admissionYAML),
 	}
 	if p.etcdPrefix != "" {
 		// The tenant's role grants only its prefix; the API server's
@@ -188,6 +194,7 @@ func componentKeys(component string) []string {
 			pki.SAPubFile, pki.SAKeyFile, encryption.ConfigFile,
 			pki.FrontProxyCACertFile, pki.FrontProxyClientCertFile, pki.FrontProxyClientKeyFile,
 			datastoreCA, datastoreCert, datastoreKey,
+			pki.APIServerWebhookClientCertFile, pki.APIServerWebhookClientKeyFile, admissionYAML, webhookKubeconfig,
 		}
 	case controlplane.ControllerManager:
 		return []string{

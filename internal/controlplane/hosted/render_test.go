@@ -64,6 +64,8 @@ func TestAPIServerArgs(t *testing.T) {
 		{
 			datastore: Dedicated,
 			want: []string{"--secure-port=31443", "--advertise-address=172.29.1.2", "--bind-address=0.0.0.0",
+				// It presents its webhook client certificate to webhooks (the VPA's).
+				"--admission-control-config-file=/etc/fke/admission.yaml",
 				"--etcd-servers=https://etcd-0.etcd.fke-default-demo.svc:2379,https://etcd-1.etcd.fke-default-demo.svc:2379,https://etcd-2.etcd.fke-default-demo.svc:2379"},
 			absent: []string{"--etcd-prefix=", "--etcd-compaction-interval="},
 		},

@@ -5,10 +5,6 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
-	"strings"
-
-	"k8s.io/client-go/tools/clientcmd"
-	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
 	"fke.dev/fke/internal/controlplane"
 	"fke.dev/fke/internal/pki"
@@ -57,14 +53,14 @@ func (l layout) write(spec controlplane.Spec) error {
 	if err := writeIfChanged(l.SchedulerConfig(), controlplane.SchedulerConfig(l.Kubeconfig(pki.Scheduler), false)); err != nil {
 		return err
 	}
-	kc, err := webhookClientKubeconfig(l.PKI(pki.APIServerWebhookClientCertFile), l.PKI(pki.APIServerWebhookClientKeyFile))
+	kc, err := controlplane.WebhookClientKubeconfig(l.PKI(pki.APIServerWebhookClientCertFile), l.PKI(pki.APIServerWebhookClientKeyFile))
 	if err != nil {
 		return err
 	}
 	if err := writeIfChanged(l.webhookKubeconfig(), kc); err != nil {
 		return err
 	}
-	return writeIfChanged(l.admissionConfig(), admissionConfig(l.webhookKubeconfig()))
+	return writeIfChanged(l.admissionConfig(), controlplane.AdmissionConfig(l.webhookKubeconfig()))
 }
 
 func writeIfChanged(path string, data []byte) error {
@@ -169,34 +165,6 @@ func schedulerArgs(l layout, s controlplane.Spec) []string {
 	}, controlplane.SchedulerFlags(l)...)
 }
 
-// admissionConfig configures the API server's webhook admission plugins to
-// read how to authenticate to webhooks from kubeconfig.
-func admissionConfig(kubeconfig string) []byte {
-	var b strings.Builder
-	b.WriteString("apiVersion: apiserver.config.k8s.io/v1\nkind: AdmissionConfiguration\nplugins:\n")
-	for _, plugin := range []string{"ValidatingAdmissionWebhook", "MutatingAdmissionWebhook"} {
-		b.WriteString("- name: " + plugin + "\n  configuration:\n    apiVersion: apiserver.config.k8s.io/v1\n" +
-			"    kind: WebhookAdmissionConfiguration\n    kubeConfigFile: " + kubeconfig + "\n")
-	}
-	return []byte(b.String())
-}
-
-// webhookClientKubeconfig is the kubeconfig the API server reads the
-// credentials for calling admission webhooks from: one user, "*" (every
-// webhook host; the API server reads the file once at start, before an
-// addon's port may be known), with the webhook client certificate at
-// certFile and its key at keyFile. Only a webhook that asks for a client
-// certificate gets it (the certificate: its key never leaves the API
-// server), and it grants nothing in the cluster.
-func webhookClientKubeconfig(certFile, keyFile string) ([]byte, error) {
-	cfg := clientcmdapi.NewConfig()
-	cfg.AuthInfos["*"] = &clientcmdapi.AuthInfo{ClientCertificate: certFile, ClientKey: keyFile}
-	data, err := clientcmd.Write(*cfg)
-	if err != nil {
-		return nil, fmt.Errorf("writing the webhook client kubeconfig: %w", err)
-	}
-	return data, nil
-}
 
 // componentGOGC is the Go garbage collector's target of every component
 // (GOGC; Go's default is 100): an idle tenant's heap is mostly long-lived
