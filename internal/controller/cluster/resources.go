@@ -45,17 +45,16 @@ func portFields(p *fkev1.ClusterPorts) []*int32 {
 }
 
 // ensurePorts allocates the cluster's loopback ports once and persists them in
-// status right away, so a restarted manager reuses them (same endpoint).
+// status right away, so a restarted manager reuses them (same endpoint); a
+// cluster of another runtime gets its addons' ports in their pods.
 // Ports added by a later fke (metrics-server's, the GPU metrics adapter's, the VPA webhook's) are allocated for existing
 // clusters the same way, leaving the others as they are.
 func (r *Reconciler) ensurePorts(ctx context.Context, cl *fkev1.Cluster) error {
-	want, err := cl.Status.Ports, error(nil)
+	// Other runtimes own the control plane's addressing and run each addon
+	// in pods of its own, where it listens on a fixed port.
+	want, err := podAddonPorts(cl.Status.Ports), error(nil)
 	if r.runtime(cl) == r.local() {
 		want, err = r.allocatePorts(ctx, cl.Status.Ports, false)
-	} else {
-		// Other runtimes own the control plane's addressing and run each
-		// addon in pods of its own, where it listens on a fixed port.
-		want = podAddonPorts(want)
 	}
 	if err != nil || want == cl.Status.Ports {
 		return err
