@@ -33,7 +33,7 @@ func run() error {
 	fs.StringVar(&cfg.Kubeconfig, "kubeconfig", "", "kubeconfig of the tenant API server, with the VPA's credentials")
 	fs.DurationVar(&cfg.Interval, "interval", time.Minute, "how often the recommender fetches usage and the updater looks for pods to update")
 	fs.StringVar(&cfg.StatusLeaseNamespace, "status-lease-namespace", "kube-system", "namespace of the admission controller's status Lease")
-	fs.StringVar(&cfg.Webhook.Address, "webhook-address", "", "loopback host:port the admission webhook listens on")
+	fs.StringVar(&cfg.Webhook.Address, "webhook-address", "", "host:port the admission webhook listens on: a loopback IP, or 0.0.0.0 in a pod of its own")
 	fs.StringVar(&cfg.Webhook.CertFile, "tls-cert-file", "", "the webhook's serving certificate (PEM)")
 	fs.StringVar(&cfg.Webhook.KeyFile, "tls-private-key-file", "", "the webhook's serving key (PEM)")
 	fs.StringVar(&cfg.Webhook.ClientCAFile, "client-ca-file", "", "CA (PEM) that must sign every caller's client certificate")

@@ -82,6 +82,8 @@ type ComponentStatus struct {
 	// Version is the Kubernetes version the component runs (empty for etcd
 	// and addons).
 	Version string
+	// Log says where to read an addon process's log.
+	Log string
 }
 
 // Status is the observed state of a control plane.

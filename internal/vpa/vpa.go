@@ -4,7 +4,8 @@
 // control plane (cmd/fke-vpa), the way fke runs it: usage from the resource
 // metrics API, recommendations checkpointed in the cluster, no leader
 // election, upstream's defaults otherwise. Unlike upstream's binaries it
-// listens on nothing but the admission webhook, on a loopback address, over
+// listens on nothing but the admission webhook, on a loopback address (or
+// every address of a pod of its own), over
 // TLS that requires a client certificate of the names it is told (see
 // Webhook): upstream's admission controller listens on every interface and
 // takes any caller, and each component serves Prometheus metrics and a

@@ -20,7 +20,9 @@ import (
 )
 
 // Webhook is how the admission controller is served: HTTPS on Address, a
-// loopback address, with the certificate in CertFile and KeyFile; every
+// loopback address beside the API server, or the unspecified address
+// (0.0.0.0) in a pod of its own, whose network namespace holds nothing
+// else; with the certificate in CertFile and KeyFile; every
 // caller must present a client certificate that ClientCAFile's CA signed
 // for client authentication (else the TLS handshake fails) whose common
 // name is one of AllowedClients (else 403). "/" is the webhook,
@@ -37,8 +39,8 @@ func (w Webhook) validate() error {
 	host, port, err := net.SplitHostPort(w.Address)
 	if err != nil {
 		errs = append(errs, fmt.Errorf("webhook address %q: %w", w.Address, err))
-	} else if ip := net.ParseIP(host); ip == nil || !ip.IsLoopback() {
-		errs = append(errs, fmt.Errorf("webhook address %q: the host must be a loopback IP address", w.Address))
+	} else if ip := net.ParseIP(host); ip == nil || !(ip.IsLoopback() || ip.IsUnspecified()) {
+		errs = append(errs, fmt.Errorf("webhook address %q: the host must be a loopback IP address, or 0.0.0.0 in a pod of its own", w.Address))
 	} else if port == "" || port == "0" {
 		errs = append(errs, fmt.Errorf("webhook address %q: no port", w.Address))
 	}

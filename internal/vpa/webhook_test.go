@@ -52,6 +52,11 @@ func TestWebhookValidate(t *testing.T) {
 	if err := ok.validate(); err != nil {
 		t.Fatal(err)
 	}
+	inPod := ok
+	inPod.Address = "0.0.0.0:8443"
+	if err := inPod.validate(); err != nil {
+		t.Errorf("every address of its pod: %v", err)
+	}
 	tests := []struct {
 		name   string
 		modify func(*Webhook)
@@ -116,7 +121,7 @@ func TestWebhookTLS(t *testing.T) {
 	call := func(bundle pki.Bundle, client string) (int, error) {
 		roots := x509.NewCertPool()
 		roots.AppendCertsFromPEM(b[pki.CACertFile])
-		tc := &tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12}
+		tc := &tls.Config{RootCAs: roots, ServerName: pki.VPAWebhookServiceName, MinVersion: tls.VersionTLS12}
 		if client != "" {
 			kp, err := tls.X509KeyPair(bundle[pki.CertFile(client)], bundle[pki.KeyFile(client)])
 			if err != nil {

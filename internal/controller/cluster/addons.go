@@ -66,8 +66,10 @@ func decideAddon(prev *fkev1.AddonStatus, o addonObservation, now metav1.Time) *
 			if proc == "" {
 				proc = o.Name
 			}
-			st.Message = fmt.Sprintf("%s exited %d times without serving; see its log (logs/%s.log in the cluster's data directory)",
-				proc, o.Process.Restarts, proc)
+			st.Message = fmt.Sprintf("%s exited %d times without serving; see its log", proc, o.Process.Restarts)
+			if o.Process.Log != "" {
+				st.Message += " (" + o.Process.Log + ")"
+			}
 		}
 	case !o.Serving:
 		st.Phase, st.Message = fkev1.AddonInstalling, o.Why
@@ -230,7 +232,9 @@ func processesStatus(st controlplane.Status, names []string) (controlplane.Compo
 		if !ok {
 			return controlplane.ComponentStatus{}, false
 		}
-		out.Name = n
+		if out.Name == "" || p.Restarts >= out.Restarts {
+			out.Name, out.Log = n, p.Log // the one that exited most
+		}
 		out.Running = out.Running && p.Running
 		out.Ready = out.Ready && p.Ready
 		out.Restarts = max(out.Restarts, p.Restarts)

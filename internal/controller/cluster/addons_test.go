@@ -24,7 +24,7 @@ func TestDecideAddon(t *testing.T) {
 	running := controlplane.ComponentStatus{Name: "metrics-server", Running: true, PID: 7}
 	ready := running
 	ready.Ready = true
-	crashing := controlplane.ComponentStatus{Name: "metrics-server", Restarts: failedAfterRestarts}
+	crashing := controlplane.ComponentStatus{Name: "metrics-server", Restarts: failedAfterRestarts, Log: "logs/metrics-server.log"}
 	base := addonObservation{Name: "metrics-server", Version: "v0.8.0", Enabled: true}
 	with := func(f func(*addonObservation)) addonObservation {
 		o := base
@@ -49,7 +49,7 @@ func TestDecideAddon(t *testing.T) {
 		{name: "no process yet", obs: base, phase: fkev1.AddonInstalling, message: "waiting for metrics-server to serve"},
 		{name: "starting", obs: with(func(o *addonObservation) { o.Process, o.HasProcess = running, true }), phase: fkev1.AddonInstalling},
 		{name: "exits again and again", obs: with(func(o *addonObservation) { o.Process, o.HasProcess = crashing, true }),
-			phase: fkev1.AddonFailed, message: "exited 3 times"},
+			phase: fkev1.AddonFailed, message: "exited 3 times without serving; see its log (logs/metrics-server.log)"},
 		{name: "serves, API server has not checked it", obs: with(func(o *addonObservation) {
 			o.Process, o.HasProcess, o.Why = ready, true, "APIService v1beta1.metrics.k8s.io not checked by the API server yet"
 		}), phase: fkev1.AddonInstalling, message: "not checked"},

@@ -214,6 +214,7 @@ func addonStatus(ds []appsv1.Deployment, pods []corev1.Pod) []controlplane.Compo
 		name := d.Labels[LabelAddon]
 		out = append(out, controlplane.ComponentStatus{
 			Name: name, Running: d.Status.Replicas > 0, Ready: d.Status.AvailableReplicas > 0, Restarts: restarts[name],
+			Log: "kubectl -n " + d.Namespace + " logs deployment/" + d.Name + " in the management cluster",
 		})
 	}
 	slices.SortFunc(out, func(a, b controlplane.ComponentStatus) int { return strings.Compare(a.Name, b.Name) })

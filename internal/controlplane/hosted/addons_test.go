@@ -111,7 +111,7 @@ func TestAddonHealth(t *testing.T) {
 func TestAddonStatus(t *testing.T) {
 	dep := func(name string, replicas, available int32) appsv1.Deployment {
 		return appsv1.Deployment{
-			ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{LabelAddon: name}},
+			ObjectMeta: metav1.ObjectMeta{Namespace: "fke-default-demo", Name: name, Labels: map[string]string{LabelAddon: name}},
 			Status:     appsv1.DeploymentStatus{Replicas: replicas, AvailableReplicas: available},
 		}
 	}
@@ -125,10 +125,13 @@ func TestAddonStatus(t *testing.T) {
 		[]appsv1.Deployment{dep("metrics-server", 1, 1), dep("gpu-metrics", 1, 0), dep("stopped", 0, 0)},
 		[]corev1.Pod{pod("gpu-metrics", 3), pod("metrics-server", 0), {ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{LabelComponent: "etcd"}}}},
 	)
+	log := func(name string) string {
+		return "kubectl -n fke-default-demo logs deployment/" + name + " in the management cluster"
+	}
 	want := []controlplane.ComponentStatus{
-		{Name: "gpu-metrics", Running: true, Restarts: 3},
-		{Name: "metrics-server", Running: true, Ready: true},
-		{Name: "stopped"},
+		{Name: "gpu-metrics", Running: true, Restarts: 3, Log: log("gpu-metrics")},
+		{Name: "metrics-server", Running: true, Ready: true, Log: log("metrics-server")},
+		{Name: "stopped", Log: log("stopped")},
 	}
 	if !slices.Equal(got, want) {
 		t.Errorf("addonStatus = %+v, want %+v", got, want)

@@ -139,7 +139,7 @@ func (r *Runtime) stopAddonsLocked(ctx context.Context, key string) error {
 func (r *Runtime) addonStatusLocked(key string) []controlplane.ComponentStatus {
 	var out []controlplane.ComponentStatus
 	for _, name := range slices.Sorted(maps.Keys(r.addons[key])) {
-		cs := controlplane.ComponentStatus{Name: name}
+		cs := controlplane.ComponentStatus{Name: name, Log: "logs/" + name + ".log in the cluster's data directory"}
 		if p := r.group.Get(addonProcessName(key, name)); p != nil {
 			cs.PID = p.Pid()
 			cs.Running = cs.PID != 0

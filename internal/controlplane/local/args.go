@@ -165,7 +165,6 @@ func schedulerArgs(l layout, s controlplane.Spec) []string {
 	}, controlplane.SchedulerFlags(l)...)
 }
 
-
 // componentGOGC is the Go garbage collector's target of every component
 // (GOGC; Go's default is 100): an idle tenant's heap is mostly long-lived
 // (the API server's OpenAPI models, schemes and caches: ~105 MB live), and

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
@@ -95,6 +96,12 @@ func (r *Runtime) replaceAPIServer(ctx context.Context, spec controlplane.Spec, 
 		return err
 	}
 	next := componentProc{name: processName(spec.Key, controlplane.APIServer) + "@" + spec.Version, version: spec.Version}
+	// Both write the one log: what the new one wrote is after logStart,
+	// and not under the old one's pid.
+	logStart, oldPID := logSize(l.log(controlplane.APIServer)), 0
+	if old := r.group.Get(cur.name); old != nil {
+		oldPID = old.Pid()
+	}
 	p, err := r.group.Start(ctx, supervisor.Spec{
 		Name: next.name, Slot: slot(spec, controlplane.APIServer), Path: path, Args: apiServerArgs(l, spec), Env: componentEnv(controlplane.APIServer), LogPath: l.log(controlplane.APIServer),
 		Ready: versionReady(endpoint(spec), apiTLS, spec.Version),
@@ -105,7 +112,7 @@ func (r *Runtime) replaceAPIServer(ctx context.Context, spec controlplane.Spec, 
 	if err := waitNew(ctx, p); err != nil {
 		stopErr := r.group.Stop(context.WithoutCancel(ctx), next.name)
 		return fmt.Errorf("kube-apiserver %s of %s did not become ready (%w); %s keeps serving%s",
-			spec.Version, spec.Key, err, cur.version, logHint(l.log(controlplane.APIServer), stopErr))
+			spec.Version, spec.Key, err, cur.version, logHint(l.log(controlplane.APIServer), logStart, oldPID, stopErr))
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -157,7 +164,7 @@ func (r *Runtime) restartAt(ctx context.Context, spec controlplane.Spec, l layou
 	if _, serr := start(cur.version, oldPath); serr != nil {
 		return fmt.Errorf("%w; restarting %s failed: %v", failed, cur.version, serr)
 	}
-	return fmt.Errorf("%w; %s runs again%s", failed, cur.version, logHint(l.log(component), nil))
+	return fmt.Errorf("%w; %s runs again%s", failed, cur.version, logHint(l.log(component), -1, 0, nil))
 }
 
 // versionReady is the readiness check of an API server started beside
@@ -207,8 +214,20 @@ func versionReady(endpoint string, tlsCfg *tls.Config, version string) func(ctx 
 	}
 }
 
-// logHint returns the last lines of a component's log for an error message.
-func logHint(path string, stopErr error) string {
+// logSize is the size of the log at path (0 when there is none).
+func logSize(path string) int64 {
+	st, err := os.Stat(path)
+	if err != nil {
+		return 0
+	}
+	return st.Size()
+}
+
+// logHint returns the last lines of a component's log for an error
+// message: of what was written after offset since (the last 4 kB when
+// since < 0), the lines that are not klog lines of the process exceptPID
+// (0: none), which writes the same log.
+func logHint(path string, since int64, exceptPID int, stopErr error) string {
 	var b strings.Builder
 	if stopErr != nil {
 		fmt.Fprintf(&b, " (stopping it: %v)", stopErr)
@@ -218,16 +237,24 @@ func logHint(path string, stopErr error) string {
 		return b.String()
 	}
 	defer f.Close()
-	if st, err := f.Stat(); err == nil && st.Size() > 4096 {
-		if _, err := f.Seek(-4096, io.SeekEnd); err != nil {
-			return b.String()
-		}
+	if st, err := f.Stat(); err == nil && since < 0 {
+		since = max(0, st.Size()-4096)
+	}
+	if _, err := f.Seek(since, io.SeekStart); err != nil {
+		return b.String()
 	}
 	data, err := io.ReadAll(f)
 	if err != nil {
 		return b.String()
 	}
-	lines := strings.Split(strings.TrimSpace(string(data)), "\n")
+	var lines []string
+	for _, line := range strings.Split(strings.TrimSpace(string(data)), "\n") {
+		// klog: "I1205 00:02:26.298752    2322 file.go:10] ..."
+		if f := strings.Fields(line); exceptPID != 0 && len(f) > 2 && f[2] == strconv.Itoa(exceptPID) {
+			continue
+		}
+		lines = append(lines, line)
+	}
 	if len(lines) > 3 {
 		lines = lines[len(lines)-3:]
 	}
