@@ -107,8 +107,11 @@ func (r *Runtime) addonObjects(ns string, net controlplane.AddonNetwork, a contr
 	}
 	img := r.opts.Registry + "/" + strings.TrimPrefix(si.Name, image.ControlPlaneRepository+"/")
 	labels := map[string]string{LabelAddon: a.Name}
-	// The pod is replaced when what it runs changes, not only its files.
-	hash := hashData(mergedData(a.Files, map[string][]byte{"\x00image": []byte(img), "\x00args": []byte(strings.Join(args, "\x00"))}))
+	// The pod is replaced when what it runs changes, not only its files
+	// (keys that no file name holds).
+	hashed := map[string][]byte{"\x00image": []byte(img), "\x00args": []byte(strings.Join(args, "\x00"))}
+	maps.Copy(hashed, a.Files)
+	hash := hashData(hashed)
 	w := workload{
 		name: a.Name, labels: labels, image: img, command: si.Path, args: args,
 		port: corev1.ContainerPort{Name: "https", ContainerPort: a.Port}, mountDir: addonDir,
@@ -136,16 +139,6 @@ func (r *Runtime) addonObjects(ns string, net controlplane.AddonNetwork, a contr
 		})
 	}
 	return objs, nil
-}
-
-// mergedData returns the keys of a and b together.
-func mergedData(a, b map[string][]byte) map[string][]byte {
-	out := maps.Clone(a)
-	if out == nil {
-		out = map[string][]byte{}
-	}
-	maps.Copy(out, b)
-	return out
 }
 
 // addonHealth is the probe of a's pods: a GET of HealthURL's path on its
