@@ -7,6 +7,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"strings"
 	"time"
 
 	"fke.dev/fke/internal/backup"
@@ -144,6 +145,17 @@ const AddonDirVar = "$(ADDON_DIR)"
 // AddonBindVar is replaced in an Addon's Args by the address it listens on
 // (AddonNetwork.BindAddress).
 const AddonBindVar = "$(ADDON_BIND_ADDRESS)"
+
+// ExpandArgs returns a's Args with AddonDirVar replaced by dir, where its
+// Files are, and AddonBindVar by bind.
+func (a Addon) ExpandArgs(dir, bind string) []string {
+	r := strings.NewReplacer(AddonDirVar, dir, AddonBindVar, bind)
+	out := make([]string, len(a.Args))
+	for i, arg := range a.Args {
+		out[i] = r.Replace(arg)
+	}
+	return out
+}
 
 // Addon is a process that runs beside a control plane for one of the
 // cluster's addons: a server the API server calls (an aggregated API server

@@ -96,7 +96,9 @@ func Addon(binary string) (SystemImage, bool) {
 	if !ok {
 		return SystemImage{}, false
 	}
-	return SystemImage{Name: ControlPlaneRepository + "/" + binary + ":" + tag, Binary: binary, Path: "/usr/local/bin/" + binary, User: "65532:65532"}, true
+	si := ControlPlane(binary, tag)
+	si.Version = "" // the tag is not a Kubernetes version: the binary beside fke
+	return si, true
 }
 
 // AddonImages are the images of every addon process the hosted runtime

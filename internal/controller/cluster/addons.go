@@ -262,16 +262,3 @@ func findAddon(statuses []fkev1.AddonStatus, name string) (*fkev1.AddonStatus, b
 	}
 	return &statuses[i], true
 }
-
-// addonNetwork is where st's runtime runs addon processes; a runtime that
-// says nothing runs them beside its API server on loopback.
-func addonNetwork(st controlplane.Status) controlplane.AddonNetwork {
-	n := st.AddonNetwork
-	if n.APIServer == "" {
-		n.APIServer = st.Endpoint
-	}
-	if n.BindAddress == "" && n.ServiceDomain == "" {
-		n.BindAddress = "127.0.0.1"
-	}
-	return n
-}

@@ -318,7 +318,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.
 	if autoNext > 0 {
 		requeue = min(requeue, autoNext)
 	}
-	if r.reconcileAddons(ctx, cl, req.String(), addonNetwork(st), bundle, tenantCfg, nil) {
+	if r.reconcileAddons(ctx, cl, req.String(), st.AddonNetwork, bundle, tenantCfg, nil) {
 		requeue = requeueAddons
 	}
 	if r.Approvers != nil && !r.Approvers.Running(req.String()) {

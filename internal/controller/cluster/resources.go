@@ -50,11 +50,14 @@ func portFields(p *fkev1.ClusterPorts) []*int32 {
 // Ports added by a later fke (metrics-server's, the GPU metrics adapter's, the VPA webhook's) are allocated for existing
 // clusters the same way, leaving the others as they are.
 func (r *Reconciler) ensurePorts(ctx context.Context, cl *fkev1.Cluster) error {
-	// Other runtimes own the control plane's addressing and run each addon
-	// in pods of its own, where it listens on a fixed port.
-	want, err := podAddonPorts(cl.Status.Ports), error(nil)
+	var want fkev1.ClusterPorts
+	var err error
 	if r.runtime(cl) == r.local() {
 		want, err = r.allocatePorts(ctx, cl.Status.Ports, false)
+	} else {
+		// Other runtimes own the control plane's addressing and run each
+		// addon in pods of its own, where it listens on a fixed port.
+		want = podAddonPorts(cl.Status.Ports)
 	}
 	if err != nil || want == cl.Status.Ports {
 		return err

@@ -101,11 +101,8 @@ func (r *Runtime) addonObjects(ns string, net controlplane.AddonNetwork, a contr
 	if err != nil {
 		return nil, err
 	}
-	args := make([]string, len(a.Args))
-	for i, arg := range a.Args {
-		args[i] = strings.NewReplacer(controlplane.AddonDirVar, addonDir, controlplane.AddonBindVar, net.BindAddress).Replace(arg)
-	}
-	img := r.opts.Registry + "/" + strings.TrimPrefix(si.Name, image.ControlPlaneRepository+"/")
+	args := a.ExpandArgs(addonDir, net.BindAddress)
+	img := r.imageRef(si)
 	labels := map[string]string{LabelAddon: a.Name}
 	// The pod is replaced when what it runs changes, not only its files
 	// (keys that no file name holds).

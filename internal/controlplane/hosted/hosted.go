@@ -25,6 +25,7 @@ import (
 	"slices"
 	"sort"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -112,6 +113,12 @@ func New(opts Options) (*Runtime, error) {
 	r := &Runtime{opts: opts, c: opts.Client, log: opts.Logger}
 	r.shared = &sharedEtcd{r: r}
 	return r, nil
+}
+
+// imageRef is where the runtime's registry holds si, an image of
+// image.ControlPlaneRepository.
+func (r *Runtime) imageRef(si image.SystemImage) string {
+	return r.opts.Registry + "/" + strings.TrimPrefix(si.Name, image.ControlPlaneRepository+"/")
 }
 
 func (r *Runtime) image(component, version string) string {
@@ -463,9 +470,20 @@ func (r *Runtime) Status(ctx context.Context, key string) (controlplane.Status, 
 	if err := r.c.List(ctx, &pods, client.InNamespace(ns)); err != nil {
 		return controlplane.Status{}, fmt.Errorf("listing pods of %s: %w", ns, err)
 	}
-	addons, err := r.addonDeployments(ctx, ns)
-	if err != nil {
-		return controlplane.Status{}, err
+	// One read of the namespace's Deployments: the components' by name,
+	// the addons' by label.
+	var deps appsv1.DeploymentList
+	if err := r.c.List(ctx, &deps, client.InNamespace(ns)); err != nil {
+		return controlplane.Status{}, fmt.Errorf("listing Deployments of %s: %w", ns, err)
+	}
+	byName := map[string]*appsv1.Deployment{}
+	var addons []appsv1.Deployment
+	for i, d := range deps.Items {
+		if d.Labels[LabelAddon] != "" {
+			addons = append(addons, d)
+		} else {
+			byName[d.Name] = &deps.Items[i]
+		}
 	}
 	st.Addons, st.AddonNetwork = addonStatus(addons, pods.Items), addonNetwork(ns)
 	restarts := map[string]int{}
@@ -481,13 +499,8 @@ func (r *Runtime) Status(ctx context.Context, key string) (controlplane.Status, 
 	etcd.Restarts = restarts[EtcdService]
 	st.Components = append(st.Components, etcd)
 	for _, c := range controlplane.Components[1:] {
-		d := &appsv1.Deployment{}
 		cs := controlplane.ComponentStatus{Name: c, Restarts: restarts[c]}
-		switch err := r.c.Get(ctx, client.ObjectKey{Namespace: ns, Name: c}, d); {
-		case apierrors.IsNotFound(err):
-		case err != nil:
-			return controlplane.Status{}, fmt.Errorf("getting Deployment %s/%s: %w", ns, c, err)
-		default:
+		if d := byName[c]; d != nil {
 			cs.Running = d.Status.Replicas > 0
 			cs.Ready = d.Status.AvailableReplicas > 0
 			if runsOneVersion(d) {

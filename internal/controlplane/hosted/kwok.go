@@ -35,7 +35,7 @@ func (r *Runtime) RunKwok(ctx context.Context, key string, files map[string][]by
 		ObjectMeta: meta(KwokName, ns, componentLabels(KwokName)),
 		Data:       files,
 	}
-	return r.apply(ctx, secret, kwokDeployment(ns, r.opts.Registry+"/"+image.Kwok.Binary+":"+image.KwokVersion, args, hashData(files), slices.Sorted(maps.Keys(files))))
+	return r.apply(ctx, secret, kwokDeployment(ns, r.imageRef(image.Kwok), args, hashData(files), slices.Sorted(maps.Keys(files))))
 }
 
 // kwokDeployment renders kwok's Deployment: files from the Secret under

@@ -9,7 +9,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strings"
 
 	"fke.dev/fke/internal/controlplane"
 	"fke.dev/fke/internal/supervisor"
@@ -80,10 +79,7 @@ func (r *Runtime) ensureAddonLocked(ctx context.Context, key string, layout layo
 			return err
 		}
 	}
-	args := make([]string, len(a.Args))
-	for i, arg := range a.Args {
-		args[i] = strings.NewReplacer(controlplane.AddonDirVar, dir, controlplane.AddonBindVar, addonBindAddress).Replace(arg)
-	}
+	args := a.ExpandArgs(dir, addonBindAddress)
 	spec := supervisor.Spec{Name: name, Path: path, Args: args, Env: componentEnv(a.Name), LogPath: layout.log(a.Name)}
 	if a.HealthURL != "" {
 		tlsCfg, err := supervisor.ClientTLS(a.HealthCA, a.HealthClientCert, a.HealthClientKey)
