@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -37,6 +38,8 @@ import (
 // its own admin; neither tenant's credentials open the other's API or
 // etcd keys; killing an API server pod leaves the API answering through
 // the other replica; a snapshot restores into a new plane and in place;
+// an etcd member whose pod is replaced (its data gone) joins again and
+// receives the data, in a tenant's own etcd and in the shared one;
 // deleting a control plane removes its namespace and its keys, user and
 // role in the shared etcd.
 func TestHostedRuntime(t *testing.T) {
@@ -278,6 +281,85 @@ func TestHostedRuntime(t *testing.T) {
 			})
 		}
 		wg.Wait()
+	})
+	t.Run("an etcd member whose pod is replaced joins again and receives the data", func(t *testing.T) {
+		// A member keeps its data in its pod: the new pod starts empty,
+		// etcd refuses to bootstrap a member the cluster already has, and
+		// the runtime replaces the member. a's own etcd, then the shared
+		// one (b's).
+		pool := x509.NewCertPool()
+		pool.AppendCertsFromPEM(a.Bundle[pki.EtcdCACertFile])
+		pair, err := tls.X509KeyPair(a.Bundle[pki.APIServerEtcdClientCertFile], a.Bundle[pki.APIServerEtcdClientKeyFile])
+		if err != nil {
+			t.Fatal(err)
+		}
+		aNS := hosted.Namespace(a.Key)
+		sharedTLS, _ := sharedEtcdTLS(t, mgmt, rootSecret(t, mgmt))
+		ctx, cancel := context.WithTimeout(t.Context(), 10*time.Minute)
+		defer cancel()
+		for _, tc := range []struct {
+			p             *testenv.HostedPlane
+			ns, sts, data string
+			tls           *tls.Config
+		}{
+			{a, aNS, hosted.EtcdService, "/registry/configmaps/default/owner", hosted.TLSByName(pool, pair, hosted.EtcdService+"."+aNS+".svc")},
+			{b, manager.DefaultSystemNamespace, hosted.SharedEtcdName, hosted.Prefix(hosted.Namespace(b.Key)) + "/configmaps/default/owner", sharedTLS},
+		} {
+			victim := tc.sts + "-1"
+			old, err := cs.CoreV1().Pods(tc.ns).Get(ctx, victim, metav1.GetOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := cs.CoreV1().Pods(tc.ns).Delete(ctx, victim, metav1.DeleteOptions{GracePeriodSeconds: new(int64)}); err != nil {
+				t.Fatal(err)
+			}
+			deleted := time.Now()
+			var pod *corev1.Pod
+			testenv.Eventually(t, 5*time.Minute, tc.ns+"/"+victim+" replaced and ready", func() error {
+				// As the cluster controller reconciles a running cluster.
+				if _, err := testenv.EnsureHostedPlane(ctx, rt, tc.p); err != nil {
+					return err
+				}
+				if pod, err = cs.CoreV1().Pods(tc.ns).Get(ctx, victim, metav1.GetOptions{}); err != nil {
+					return err
+				}
+				if pod.UID == old.UID || !podReady(pod) {
+					return fmt.Errorf("%s not ready; its cluster state %q", victim, pod.Annotations[hosted.AnnotationEtcdClusterState])
+				}
+				return nil
+			})
+			t.Logf("FIGURE etcd member %s/%s deleted -> a new member ready with the data: %s", tc.ns, victim, time.Since(deleted).Round(100*time.Millisecond))
+			if got := pod.Annotations[hosted.AnnotationEtcdClusterState]; got != "existing" {
+				t.Errorf("%s/%s joined as %q, want existing (replaced by the runtime)", tc.ns, victim, got)
+			}
+			// The new member alone, reading its own copy.
+			cli, err := clientv3.New(clientv3.Config{
+				Endpoints: []string{"https://" + net.JoinHostPort(pod.Status.PodIP, "2379")}, DialTimeout: 5 * time.Second, Logger: zap.NewNop(), TLS: tc.tls,
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp, err := cli.Get(ctx, tc.data, clientv3.WithSerializable())
+			if err != nil || resp.Count != 1 {
+				t.Errorf("the new member %s/%s holds %s: %v, %v; want it copied from the leader", tc.ns, victim, tc.data, resp, err)
+			}
+			members, err := cli.MemberList(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			cli.Close()
+			var names []string
+			for _, m := range members.Members {
+				names = append(names, m.Name)
+			}
+			if slices.Sort(names); !slices.Equal(names, []string{tc.sts + "-0", tc.sts + "-1", tc.sts + "-2"}) {
+				t.Errorf("members of %s/%s after the replacement: %v, want its three pods, each started once", tc.ns, tc.sts, names)
+			}
+			cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "after-" + tc.sts}}
+			if _, err := tc.p.Clientset.CoreV1().ConfigMaps("default").Create(ctx, cm, metav1.CreateOptions{}); err != nil {
+				t.Errorf("%s writes after the replacement: %v", tc.p.Key, err)
+			}
+		}
 	})
 	t.Run("deleting a control plane removes its namespace and its shared etcd user", func(t *testing.T) {
 		for _, p := range planes {

@@ -35,6 +35,19 @@ func CreateHostedPlane(ctx context.Context, rt *hosted.Runtime, key, datastore s
 	return RestoreHostedPlane(ctx, rt, key, datastore, nil, "")
 }
 
+// hostedSpec is the Spec of the tests' hosted planes, without its PKI.
+func hostedSpec(key, datastore string) controlplane.Spec {
+	return controlplane.Spec{Key: key, Version: "v1.37.2", PodCIDR: "10.244.0.0/16", ServiceCIDR: "10.96.0.0/16", Datastore: datastore}
+}
+
+// EnsureHostedPlane calls Ensure for p once, as the cluster controller
+// does at every reconcile of a running cluster.
+func EnsureHostedPlane(ctx context.Context, rt *hosted.Runtime, p *HostedPlane) (controlplane.Status, error) {
+	spec := hostedSpec(p.Key, p.Datastore)
+	spec.PKI = p.Bundle
+	return rt.Ensure(ctx, spec)
+}
+
 // RestoreHostedPlane is CreateHostedPlane for a Cluster made from a
 // snapshot: its PKI starts from seed (the CAs and keys of the cluster the
 // snapshot was taken of), and every Ensure passes snapshot (a file) as the
@@ -42,7 +55,8 @@ func CreateHostedPlane(ctx context.Context, rt *hosted.Runtime, key, datastore s
 func RestoreHostedPlane(ctx context.Context, rt *hosted.Runtime, key, datastore string, seed pki.Bundle, snapshot string) (*HostedPlane, error) {
 	p := &HostedPlane{Key: key, Datastore: datastore}
 	start := time.Now()
-	spec := controlplane.Spec{Key: key, Version: "v1.37.2", PodCIDR: "10.244.0.0/16", ServiceCIDR: "10.96.0.0/16", Datastore: datastore, Restore: snapshot}
+	spec := hostedSpec(key, datastore)
+	spec.Restore = snapshot
 	addrs, err := rt.Addresses(ctx, spec)
 	if err != nil {
 		return nil, fmt.Errorf("%s: addresses: %w", key, err)

@@ -29,6 +29,7 @@ import (
 	"sync"
 	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -392,7 +393,23 @@ func (r *Runtime) Ensure(ctx context.Context, spec controlplane.Spec) (controlpl
 	if err := r.apply(ctx, objs...); err != nil {
 		return controlplane.Status{}, err
 	}
+	if err := r.replaceDatastoreMembers(ctx, ns, ds, spec); err != nil {
+		return controlplane.Status{}, err
+	}
 	return r.Status(ctx, spec.Key)
+}
+
+// replaceDatastoreMembers replaces the members of the tenant's etcd, its
+// own or the shared one, whose pods started without their data.
+func (r *Runtime) replaceDatastoreMembers(ctx context.Context, ns, datastore string, spec controlplane.Spec) error {
+	if datastore == Shared {
+		return r.shared.replaceMembers(ctx)
+	}
+	return r.replaceMembers(ctx, ns, EtcdService, func(ctx context.Context) (*clientv3.Client, error) {
+		// The API server's pair: the dedicated etcd trusts every client
+		// its CA signed.
+		return r.etcdClient(ctx, ns, EtcdService, spec.PKI[pki.EtcdCACertFile], spec.PKI[pki.APIServerEtcdClientCertFile], spec.PKI[pki.APIServerEtcdClientKeyFile])
+	})
 }
 
 // secretData is every file the components read: the PKI bundle, the

@@ -493,13 +493,19 @@ func etcdCluster(name, namespace, secret, image string, replicas int32, extra []
 	self := "$(POD_NAME)." + name + "." + namespace + ".svc"
 	args := append([]string{
 		"--name=$(POD_NAME)",
-		"--data-dir=/var/lib/etcd/data",
+		// One data directory per cluster state (members.go): what a start
+		// as "new" may write after its member was removed never reaches the
+		// start as "existing" that joins the cluster again.
+		"--data-dir=/var/lib/etcd/$(ETCD_INITIAL_CLUSTER_STATE)",
 		"--listen-client-urls=https://0.0.0.0:" + strconv.Itoa(etcdClientPort),
 		"--advertise-client-urls=https://" + self + ":" + strconv.Itoa(etcdClientPort),
 		"--listen-peer-urls=https://0.0.0.0:" + strconv.Itoa(etcdPeerPort),
 		"--initial-advertise-peer-urls=https://" + self + ":" + strconv.Itoa(etcdPeerPort),
 		"--initial-cluster=" + strings.Join(peers, ","),
-		"--initial-cluster-state=new",
+		// --initial-cluster-state comes from the pod's annotation (the
+		// environment below, read at every start of the container): "new"
+		// from the template, "existing" once the runtime has replaced the
+		// member (members.go).
 		"--initial-cluster-token=" + namespace + "-" + name,
 		// Health and metrics only, for the kubelet's probes.
 		"--listen-metrics-urls=http://0.0.0.0:" + strconv.Itoa(etcdMetricsPort),
@@ -541,7 +547,9 @@ func etcdCluster(name, namespace, secret, image string, replicas int32, extra []
 			PodManagementPolicy: appsv1.ParallelPodManagement,
 			Selector:            &metav1.LabelSelector{MatchLabels: labels},
 			Template: corev1.PodTemplateSpec{
-				ObjectMeta: metav1.ObjectMeta{Labels: labels, Annotations: map[string]string{AnnotationSecretHash: secretHash}},
+				ObjectMeta: metav1.ObjectMeta{Labels: labels, Annotations: map[string]string{
+					AnnotationSecretHash: secretHash, AnnotationEtcdClusterState: etcdStateNew,
+				}},
 				Spec: corev1.PodSpec{
 					AutomountServiceAccountToken:  ptr.To(false),
 					EnableServiceLinks:            ptr.To(false),
@@ -555,6 +563,9 @@ func etcdCluster(name, namespace, secret, image string, replicas int32, extra []
 						Command: append([]string{path.Join(binDir, "etcd")}, args...),
 						Env: []corev1.EnvVar{
 							{Name: "POD_NAME", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.name"}}},
+							{Name: "ETCD_INITIAL_CLUSTER_STATE", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{
+								FieldPath: "metadata.annotations['" + AnnotationEtcdClusterState + "']",
+							}}},
 							{Name: "GOGC", Value: "50"},
 						},
 						Ports: []corev1.ContainerPort{
@@ -562,6 +573,9 @@ func etcdCluster(name, namespace, secret, image string, replicas int32, extra []
 						},
 						Resources:       requests("50m", "64Mi"),
 						SecurityContext: containerSecurity(),
+						// etcd's last words ("has already been bootstrapped")
+						// tell the runtime a member needs replacing.
+						TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
 						VolumeMounts: []corev1.VolumeMount{
 							{Name: "files", MountPath: mountDir, ReadOnly: true},
 							{Name: "data", MountPath: "/var/lib/etcd"},

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
 
 	"fke.dev/fke/internal/controlplane"
 	"fke.dev/fke/internal/encryption"
@@ -187,6 +188,28 @@ func TestEtcdCluster(t *testing.T) {
 		}
 		if p := sts.Spec.Template.Spec.Containers[0].ReadinessProbe.PeriodSeconds; p != 10 {
 			t.Errorf("%d members: readiness, which no traffic follows, probed every %d s, want 10", replicas, p)
+		}
+		// A member's cluster state is the pod's annotation, read at each
+		// start: "new" unless the runtime replaced the member.
+		c := sts.Spec.Template.Spec.Containers[0]
+		if slices.ContainsFunc(args, func(a string) bool { return strings.HasPrefix(a, "--initial-cluster-state") }) {
+			t.Errorf("%d members: --initial-cluster-state is a flag, which would shadow the pod's annotation", replicas)
+		}
+		var fromAnnotation bool
+		for _, e := range c.Env {
+			if e.Name == "ETCD_INITIAL_CLUSTER_STATE" && e.ValueFrom != nil && e.ValueFrom.FieldRef != nil &&
+				e.ValueFrom.FieldRef.FieldPath == "metadata.annotations['"+AnnotationEtcdClusterState+"']" {
+				fromAnnotation = true
+			}
+		}
+		if !fromAnnotation || sts.Spec.Template.Annotations[AnnotationEtcdClusterState] != "new" {
+			t.Errorf("%d members: the cluster state does not come from the pod's annotation (new by default): %v %v", replicas, c.Env, sts.Spec.Template.Annotations)
+		}
+		if !slices.Contains(args, "--data-dir=/var/lib/etcd/$(ETCD_INITIAL_CLUSTER_STATE)") {
+			t.Errorf("%d members: not one data directory per cluster state: %v", replicas, args)
+		}
+		if c.TerminationMessagePolicy != corev1.TerminationMessageFallbackToLogsOnError {
+			t.Errorf("%d members: etcd's last log lines are not its termination message", replicas)
 		}
 	}
 }

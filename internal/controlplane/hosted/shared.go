@@ -44,7 +44,7 @@ const (
 // that reads and writes its own prefix only.
 type sharedEtcd struct {
 	r  *Runtime
-	mu sync.Mutex // one change of users and roles at a time
+	mu sync.Mutex // one change of users, roles or members at a time
 }
 
 // errStarting: an etcd cluster (the shared one, or a tenant's own) has no
@@ -101,6 +101,20 @@ func (s *sharedEtcd) ensure(ctx context.Context) (map[string][]byte, error) {
 		return nil, err
 	}
 	return secret.Data, nil
+}
+
+// replaceMembers replaces the shared etcd's members whose pods started
+// without their data, as root; one tenant's reconcile at a time.
+func (s *sharedEtcd) replaceMembers(ctx context.Context) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.r.replaceMembers(ctx, s.ns(), SharedEtcdName, func(ctx context.Context) (*clientv3.Client, error) {
+		secret := &corev1.Secret{}
+		if err := s.r.c.Get(ctx, client.ObjectKey{Namespace: s.ns(), Name: SharedEtcdSecret}, secret); err != nil {
+			return nil, fmt.Errorf("getting Secret %s/%s: %w", s.ns(), SharedEtcdSecret, err)
+		}
+		return s.client(ctx, secret.Data, secret.Data[rootCert], secret.Data[rootKey])
+	})
 }
 
 // sharedPKI makes the shared etcd's CA, its serving and peer pairs for

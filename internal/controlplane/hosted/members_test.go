@@ -1,0 +1,128 @@
+package hosted
+
+import (
+	"context"
+	"slices"
+	"testing"
+
+	"go.etcd.io/etcd/api/v3/etcdserverpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+const bootstrapped = `{"level":"fatal","msg":"discovery failed","error":"member a0d27f33a7ff572a has already been bootstrapped"}`
+
+// memberPod is a member's pod whose container is in state now (running,
+// waiting or terminated), having last exited with last.
+func memberPod(name, annotation, now string, last *corev1.ContainerStateTerminated) corev1.Pod {
+	p := corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Annotations: map[string]string{}}}
+	if annotation != "" {
+		p.Annotations[AnnotationEtcdClusterState] = annotation
+	}
+	c := corev1.ContainerStatus{Name: "etcd"}
+	switch now {
+	case "running":
+		c.State.Running = &corev1.ContainerStateRunning{}
+		c.LastTerminationState.Terminated = last
+	case "waiting":
+		c.State.Waiting = &corev1.ContainerStateWaiting{Reason: "CrashLoopBackOff"}
+		c.LastTerminationState.Terminated = last
+	case "terminated":
+		c.State.Terminated = last
+	}
+	p.Status.ContainerStatuses = []corev1.ContainerStatus{c}
+	return p
+}
+
+func TestNeedsReplacing(t *testing.T) {
+	said := &corev1.ContainerStateTerminated{ExitCode: 1, Message: bootstrapped}
+	other := &corev1.ContainerStateTerminated{ExitCode: 1, Message: "open /var/lib/etcd/new: permission denied"}
+	now := metav1.Now()
+	deleting := memberPod("etcd-5", "new", "waiting", said)
+	deleting.DeletionTimestamp = &now
+	pods := []corev1.Pod{
+		memberPod("etcd-0", "new", "running", nil),       // never failed
+		memberPod("etcd-1", "new", "waiting", said),      // crash-looping on the refusal
+		memberPod("etcd-2", "new", "terminated", said),   // refused just now
+		memberPod("etcd-3", "new", "running", said),      // refused once, running now: left alone
+		memberPod("etcd-4", "existing", "waiting", said), // replaced already, joining
+		deleting, // going away
+		memberPod("etcd-6", "new", "waiting", other), // failing for another reason
+		memberPod("etcd-7", "", "terminated", said),  // no annotation (an older template)
+	}
+	var got []string
+	for _, p := range needsReplacing(pods) {
+		got = append(got, p.Name)
+	}
+	if want := []string{"etcd-1", "etcd-2", "etcd-7"}; !slices.Equal(got, want) {
+		t.Errorf("needsReplacing = %v, want %v", got, want)
+	}
+}
+
+// fakeCluster is etcd's membership API over a list of members.
+type fakeCluster struct {
+	clientv3.Cluster
+	members []*etcdserverpb.Member
+	calls   []string
+	next    uint64
+}
+
+func (f *fakeCluster) MemberList(context.Context, ...clientv3.OpOption) (*clientv3.MemberListResponse, error) {
+	return &clientv3.MemberListResponse{Members: slices.Clone(f.members)}, nil
+}
+
+func (f *fakeCluster) MemberRemove(_ context.Context, id uint64) (*clientv3.MemberRemoveResponse, error) {
+	f.calls = append(f.calls, "remove")
+	f.members = slices.DeleteFunc(f.members, func(m *etcdserverpb.Member) bool { return m.ID == id })
+	return &clientv3.MemberRemoveResponse{}, nil
+}
+
+func (f *fakeCluster) MemberAdd(_ context.Context, peers []string) (*clientv3.MemberAddResponse, error) {
+	f.calls = append(f.calls, "add")
+	f.next++
+	f.members = append(f.members, &etcdserverpb.Member{ID: 100 + f.next, PeerURLs: peers})
+	return &clientv3.MemberAddResponse{}, nil
+}
+
+func TestReplaceMember(t *testing.T) {
+	const peer = "https://etcd-2.etcd.ns.svc:2380"
+	started := func() []*etcdserverpb.Member {
+		return []*etcdserverpb.Member{
+			{ID: 1, Name: "etcd-0", PeerURLs: []string{"https://etcd-0.etcd.ns.svc:2380"}},
+			{ID: 2, Name: "etcd-1", PeerURLs: []string{"https://etcd-1.etcd.ns.svc:2380"}},
+			{ID: 3, Name: "etcd-2", PeerURLs: []string{peer}},
+		}
+	}
+	for _, tc := range []struct {
+		name    string
+		members []*etcdserverpb.Member
+		calls   []string
+	}{
+		{"the old member is removed and a new one added", started(), []string{"remove", "add"}},
+		{"removed, not added yet (a crash in between): added", started()[:2], []string{"add"}},
+		{"added, not started yet: left as it is", append(started()[:2], &etcdserverpb.Member{ID: 9, PeerURLs: []string{peer}}), nil},
+	} {
+		f := &fakeCluster{members: tc.members}
+		if err := replaceMember(context.Background(), f, peer); err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		if !slices.Equal(f.calls, tc.calls) {
+			t.Errorf("%s: calls %v, want %v", tc.name, f.calls, tc.calls)
+		}
+		var at []*etcdserverpb.Member
+		for _, m := range f.members {
+			if slices.Contains(m.PeerURLs, peer) {
+				at = append(at, m)
+			}
+		}
+		if len(f.members) != 3 || len(at) != 1 || at[0].Name != "" {
+			t.Errorf("%s: members after: %v, want three, one of them unstarted at %s", tc.name, f.members, peer)
+		}
+		// Again: nothing more to do.
+		f.calls = nil
+		if err := replaceMember(context.Background(), f, peer); err != nil || f.calls != nil {
+			t.Errorf("%s: a second call did %v (%v), want nothing", tc.name, f.calls, err)
+		}
+	}
+}
