@@ -116,7 +116,7 @@ func (r *Runtime) replaceMembers(ctx context.Context, ns, name string, connect f
 	}
 	defer cli.Close()
 	for _, p := range todo {
-		peer := "https://" + p.Name + "." + name + "." + ns + ".svc:" + strconv.Itoa(etcdPeerPort)
+		peer := "https://" + etcdPodHost(p.Name, name, ns) + ":" + strconv.Itoa(etcdPeerPort)
 		if err := replaceMember(ctx, cli, peer); err != nil {
 			return fmt.Errorf("replacing etcd member %s/%s: %w", ns, p.Name, err)
 		}

@@ -459,7 +459,12 @@ func pdb(namespace, component string, minAvailable int32) *policyv1.PodDisruptio
 
 // etcdMember is the DNS name of member i of the etcd StatefulSet name.
 func etcdMember(name, namespace string, i int) string {
-	return fmt.Sprintf("%s-%d.%s.%s.svc", name, i, name, namespace)
+	return etcdPodHost(fmt.Sprintf("%s-%d", name, i), name, namespace)
+}
+
+// etcdPodHost is the name of the member whose pod is pod.
+func etcdPodHost(pod, name, namespace string) string {
+	return pod + "." + name + "." + namespace + ".svc"
 }
 
 // etcdNames are the names etcd's certificates cover: every member and the
@@ -490,7 +495,7 @@ func etcdCluster(name, namespace, secret, image string, replicas int32, extra []
 	for i := range int(replicas) {
 		peers = append(peers, fmt.Sprintf("%s-%d=https://%s:%d", name, i, etcdMember(name, namespace, i), etcdPeerPort))
 	}
-	self := "$(POD_NAME)." + name + "." + namespace + ".svc"
+	self := etcdPodHost("$(POD_NAME)", name, namespace)
 	args := append([]string{
 		"--name=$(POD_NAME)",
 		// One data directory per cluster state (members.go): what a start
