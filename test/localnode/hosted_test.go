@@ -295,7 +295,7 @@ func TestHostedRuntime(t *testing.T) {
 		}
 		aNS := hosted.Namespace(a.Key)
 		sharedTLS, _ := sharedEtcdTLS(t, mgmt, rootSecret(t, mgmt))
-		ctx, cancel := context.WithTimeout(t.Context(), 10*time.Minute)
+		ctx, cancel := context.WithTimeout(t.Context(), 15*time.Minute)
 		defer cancel()
 		for _, tc := range []struct {
 			p             *testenv.HostedPlane
@@ -315,7 +315,9 @@ func TestHostedRuntime(t *testing.T) {
 			}
 			deleted := time.Now()
 			var pod *corev1.Pod
-			testenv.Eventually(t, 5*time.Minute, tc.ns+"/"+victim+" replaced and ready", func() error {
+			// Within the kubelet's restart back-off, which grows while
+			// the member is refused.
+			testenv.Eventually(t, 6*time.Minute, tc.ns+"/"+victim+" replaced and ready", func() error {
 				// As the cluster controller reconciles a running cluster.
 				if _, err := testenv.EnsureHostedPlane(ctx, rt, tc.p); err != nil {
 					return err

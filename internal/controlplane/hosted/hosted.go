@@ -394,7 +394,9 @@ func (r *Runtime) Ensure(ctx context.Context, spec controlplane.Spec) (controlpl
 		return controlplane.Status{}, err
 	}
 	if err := r.replaceDatastoreMembers(ctx, ns, ds, spec); err != nil {
-		return controlplane.Status{}, err
+		// A repair, tried again at the next reconcile; the plane's status
+		// still says how it runs (a member short).
+		r.log.Error("replacing etcd members", "cluster", spec.Key, "error", err.Error())
 	}
 	return r.Status(ctx, spec.Key)
 }

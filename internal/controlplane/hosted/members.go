@@ -15,9 +15,11 @@ package hosted
 // order no restart does harm: before the removal etcd refuses as before;
 // between the removal and the mark, a start as "new" bootstraps a lone
 // member in the data directory of "new", which the start as "existing"
-// does not use (its own directory, etcdCluster); after the mark the start
-// joins as the member just added. The runtime acts only on a container
-// that is not running and whose last exit was that refusal.
+// does not use (its own directory, etcdCluster), and that exits as a
+// removed member, which the runtime takes up again if the add failed;
+// after the mark the start joins as the member just added. The runtime
+// acts only on a container that is not running and whose last exit was
+// one of those two.
 
 import (
 	"context"
@@ -42,11 +44,17 @@ const (
 	// bootstrappedMessage is what etcd says as it exits when it would
 	// bootstrap a member the cluster already has.
 	bootstrappedMessage = "has already been bootstrapped"
+	// removedMessage is what it says when it started as a member the
+	// cluster has removed: a start as "new" after the runtime removed the
+	// old member and before it added the new one (an add that failed, a
+	// manager that stopped in between).
+	removedMessage = "has been permanently removed from the cluster"
 )
 
 // needsReplacing returns the member pods whose container is not running
 // and last exited because etcd refused to bootstrap a member the cluster
-// already has, and that the runtime has not replaced yet.
+// already has, or found its member removed, and that the runtime has not
+// replaced yet.
 func needsReplacing(pods []corev1.Pod) []*corev1.Pod {
 	var out []*corev1.Pod
 	for i := range pods {
@@ -59,7 +67,7 @@ func needsReplacing(pods []corev1.Pod) []*corev1.Pod {
 			if c.State.Waiting != nil {
 				last = c.LastTerminationState.Terminated
 			}
-			if last != nil && strings.Contains(last.Message, bootstrappedMessage) {
+			if last != nil && (strings.Contains(last.Message, bootstrappedMessage) || strings.Contains(last.Message, removedMessage)) {
 				out = append(out, p)
 				break
 			}

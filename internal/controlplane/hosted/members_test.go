@@ -37,6 +37,7 @@ func memberPod(name, annotation, now string, last *corev1.ContainerStateTerminat
 
 func TestNeedsReplacing(t *testing.T) {
 	said := &corev1.ContainerStateTerminated{ExitCode: 1, Message: bootstrapped}
+	removed := &corev1.ContainerStateTerminated{ExitCode: 1, Message: `{"level":"warn","msg":"server error","error":"the member has been permanently removed from the cluster"}`}
 	other := &corev1.ContainerStateTerminated{ExitCode: 1, Message: "open /var/lib/etcd/new: permission denied"}
 	now := metav1.Now()
 	deleting := memberPod("etcd-5", "new", "waiting", said)
@@ -48,14 +49,15 @@ func TestNeedsReplacing(t *testing.T) {
 		memberPod("etcd-3", "new", "running", said),      // refused once, running now: left alone
 		memberPod("etcd-4", "existing", "waiting", said), // replaced already, joining
 		deleting, // going away
-		memberPod("etcd-6", "new", "waiting", other), // failing for another reason
-		memberPod("etcd-7", "", "terminated", said),  // no annotation (an older template)
+		memberPod("etcd-6", "new", "waiting", other),   // failing for another reason
+		memberPod("etcd-7", "", "terminated", said),    // no annotation (an older template)
+		memberPod("etcd-8", "new", "waiting", removed), // removed, and the add failed
 	}
 	var got []string
 	for _, p := range needsReplacing(pods) {
 		got = append(got, p.Name)
 	}
-	if want := []string{"etcd-1", "etcd-2", "etcd-7"}; !slices.Equal(got, want) {
+	if want := []string{"etcd-1", "etcd-2", "etcd-7", "etcd-8"}; !slices.Equal(got, want) {
 		t.Errorf("needsReplacing = %v, want %v", got, want)
 	}
 }
