@@ -221,7 +221,8 @@ func (h *Host) linkExists(ctx context.Context, name string) bool {
 }
 
 // RemoveBridge deletes the bridge and fke's chains. Call it when no node is
-// left; it is idempotent.
+// left; it is idempotent, and what another fke on the same host removes
+// meanwhile (two `fke down` at once) is not an error.
 func (h *Host) RemoveBridge(ctx context.Context) error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -230,7 +231,7 @@ func (h *Host) RemoveBridge(ctx context.Context) error {
 		errs = append(errs, err)
 	}
 	if h.linkExists(ctx, Bridge) {
-		if _, err := h.run(ctx, "ip", "link", "del", Bridge); err != nil {
+		if _, err := h.run(ctx, "ip", "link", "del", Bridge); err != nil && h.linkExists(ctx, Bridge) {
 			errs = append(errs, fmt.Errorf("deleting bridge %s: %w", Bridge, err))
 		}
 	}

@@ -78,6 +78,9 @@ func (h *Host) deleteRule(ctx context.Context, r rule) error {
 			return nil
 		}
 		if _, err := h.iptables(ctx, append([]string{"-t", r.table, "-D", r.chain}, r.spec...)...); err != nil {
+			if _, cerr := h.iptables(ctx, append([]string{"-t", r.table, "-C", r.chain}, r.spec...)...); cerr != nil {
+				return nil // removed meanwhile: another fke tidied the same host
+			}
 			return fmt.Errorf("deleting iptables rule: %w", err)
 		}
 	}
@@ -118,11 +121,15 @@ func (h *Host) removeChains(ctx context.Context) error {
 		if !h.chainExists(ctx, c.table, c.chain) {
 			continue
 		}
+		// A chain gone meanwhile was removed by another fke tidying the
+		// same host: not an error.
 		if _, err := h.iptables(ctx, "-t", c.table, "-F", c.chain); err != nil {
-			errs = append(errs, fmt.Errorf("flushing %s: %w", c.chain, err))
+			if h.chainExists(ctx, c.table, c.chain) {
+				errs = append(errs, fmt.Errorf("flushing %s: %w", c.chain, err))
+			}
 			continue
 		}
-		if _, err := h.iptables(ctx, "-t", c.table, "-X", c.chain); err != nil {
+		if _, err := h.iptables(ctx, "-t", c.table, "-X", c.chain); err != nil && h.chainExists(ctx, c.table, c.chain) {
 			errs = append(errs, fmt.Errorf("deleting %s: %w", c.chain, err))
 		}
 	}
