@@ -146,17 +146,6 @@ const AddonDirVar = "$(ADDON_DIR)"
 // (AddonNetwork.BindAddress).
 const AddonBindVar = "$(ADDON_BIND_ADDRESS)"
 
-// ExpandArgs returns a's Args with AddonDirVar replaced by dir, where its
-// Files are, and AddonBindVar by bind.
-func (a Addon) ExpandArgs(dir, bind string) []string {
-	r := strings.NewReplacer(AddonDirVar, dir, AddonBindVar, bind)
-	out := make([]string, len(a.Args))
-	for i, arg := range a.Args {
-		out[i] = r.Replace(arg)
-	}
-	return out
-}
-
 // Addon is a process that runs beside a control plane for one of the
 // cluster's addons: a server the API server calls (an aggregated API server
 // or an admission webhook), run as a managed service hosts it rather than
@@ -189,6 +178,17 @@ type Addon struct {
 	// certificate the check presents (for a process that serves nobody
 	// without one).
 	HealthClientCert, HealthClientKey []byte
+}
+
+// ExpandArgs returns a's Args with AddonDirVar replaced by dir, where its
+// Files are, and AddonBindVar by bind.
+func (a Addon) ExpandArgs(dir, bind string) []string {
+	r := strings.NewReplacer(AddonDirVar, dir, AddonBindVar, bind)
+	out := make([]string, len(a.Args))
+	for i, arg := range a.Args {
+		out[i] = r.Replace(arg)
+	}
+	return out
 }
 
 // Ready reports whether every component is ready.
