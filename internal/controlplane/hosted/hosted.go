@@ -393,21 +393,26 @@ func (r *Runtime) Ensure(ctx context.Context, spec controlplane.Spec) (controlpl
 	if err := r.apply(ctx, objs...); err != nil {
 		return controlplane.Status{}, err
 	}
-	if err := r.replaceDatastoreMembers(ctx, ns, ds, spec); err != nil {
+	st, pods, err := r.status(ctx, spec.Key)
+	if err != nil {
+		return st, err
+	}
+	if err := r.replaceDatastoreMembers(ctx, ns, ds, spec, pods); err != nil {
 		// A repair, tried again at the next reconcile; the plane's status
 		// still says how it runs (a member short).
 		r.log.Error("replacing etcd members", "cluster", spec.Key, "error", err.Error())
 	}
-	return r.Status(ctx, spec.Key)
+	return st, nil
 }
 
 // replaceDatastoreMembers replaces the members of the tenant's etcd, its
-// own or the shared one, whose pods started without their data.
-func (r *Runtime) replaceDatastoreMembers(ctx context.Context, ns, datastore string, spec controlplane.Spec) error {
+// own (pods are its namespace's) or the shared one, whose pods started
+// without their data.
+func (r *Runtime) replaceDatastoreMembers(ctx context.Context, ns, datastore string, spec controlplane.Spec, pods []corev1.Pod) error {
 	if datastore == Shared {
 		return r.shared.replaceMembers(ctx)
 	}
-	return r.replaceMembers(ctx, ns, EtcdService, func(ctx context.Context) (*clientv3.Client, error) {
+	return r.replaceMembers(ctx, ns, EtcdService, pods, func(ctx context.Context) (*clientv3.Client, error) {
 		// The API server's pair: the dedicated etcd trusts every client
 		// its CA signed.
 		return r.etcdClient(ctx, ns, EtcdService, spec.PKI[pki.EtcdCACertFile], spec.PKI[pki.APIServerEtcdClientCertFile], spec.PKI[pki.APIServerEtcdClientKeyFile])
@@ -460,13 +465,19 @@ func hashData(data map[string][]byte) string {
 
 // Status reads the tenant's Deployments, its etcd and its Service.
 func (r *Runtime) Status(ctx context.Context, key string) (controlplane.Status, error) {
+	st, _, err := r.status(ctx, key)
+	return st, err
+}
+
+// status is Status and the pods of the tenant's namespace it read.
+func (r *Runtime) status(ctx context.Context, key string) (controlplane.Status, []corev1.Pod, error) {
 	ns := Namespace(key)
 	nsObj := &corev1.Namespace{}
 	if err := r.c.Get(ctx, client.ObjectKey{Name: ns}, nsObj); err != nil {
 		if apierrors.IsNotFound(err) {
-			return controlplane.Status{}, nil
+			return controlplane.Status{}, nil, nil
 		}
-		return controlplane.Status{}, fmt.Errorf("getting namespace %s: %w", ns, err)
+		return controlplane.Status{}, nil, fmt.Errorf("getting namespace %s: %w", ns, err)
 	}
 	var st controlplane.Status
 	svc := &corev1.Service{}
@@ -478,22 +489,22 @@ func (r *Runtime) Status(ctx context.Context, key string) (controlplane.Status, 
 		case err == nil && len(svc.Spec.Ports) == 1:
 			host, err := r.endpointHost(ctx)
 			if err != nil {
-				return controlplane.Status{}, err
+				return controlplane.Status{}, nil, err
 			}
 			st.Endpoint = "https://" + net.JoinHostPort(host, strconv.Itoa(int(svc.Spec.Ports[0].NodePort)))
 		case err != nil && !apierrors.IsNotFound(err):
-			return controlplane.Status{}, fmt.Errorf("getting Service %s/%s: %w", ns, APIServerService, err)
+			return controlplane.Status{}, nil, fmt.Errorf("getting Service %s/%s: %w", ns, APIServerService, err)
 		}
 	}
 	var pods corev1.PodList
 	if err := r.c.List(ctx, &pods, client.InNamespace(ns)); err != nil {
-		return controlplane.Status{}, fmt.Errorf("listing pods of %s: %w", ns, err)
+		return controlplane.Status{}, nil, fmt.Errorf("listing pods of %s: %w", ns, err)
 	}
 	// One read of the namespace's Deployments: the components' by name,
 	// the addons' by label.
 	var deps appsv1.DeploymentList
 	if err := r.c.List(ctx, &deps, client.InNamespace(ns)); err != nil {
-		return controlplane.Status{}, fmt.Errorf("listing Deployments of %s: %w", ns, err)
+		return controlplane.Status{}, nil, fmt.Errorf("listing Deployments of %s: %w", ns, err)
 	}
 	byName := map[string]*appsv1.Deployment{}
 	var addons []appsv1.Deployment
@@ -513,7 +524,7 @@ func (r *Runtime) Status(ctx context.Context, key string) (controlplane.Status, 
 	}
 	etcd, err := r.etcdStatus(ctx, ns, nsObj.Annotations[AnnotationDatastore], key)
 	if err != nil {
-		return controlplane.Status{}, err
+		return controlplane.Status{}, nil, err
 	}
 	etcd.Restarts = restarts[EtcdService]
 	st.Components = append(st.Components, etcd)
@@ -528,7 +539,7 @@ func (r *Runtime) Status(ctx context.Context, key string) (controlplane.Status, 
 		}
 		st.Components = append(st.Components, cs)
 	}
-	return st, nil
+	return st, pods.Items, nil
 }
 
 // runsOneVersion reports whether every pod of d runs its current template

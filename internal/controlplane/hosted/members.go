@@ -103,15 +103,13 @@ func replaceMember(ctx context.Context, cl clientv3.Cluster, peerURL string) err
 }
 
 // replaceMembers replaces the members of the etcd StatefulSet name in ns
-// whose pods need it (needsReplacing). connect connects to the cluster's
-// ready members with credentials that may change its membership; without
-// a quorum (errStarting) nothing is done.
-func (r *Runtime) replaceMembers(ctx context.Context, ns, name string, connect func(context.Context) (*clientv3.Client, error)) error {
-	var pods corev1.PodList
-	if err := r.c.List(ctx, &pods, client.InNamespace(ns), client.MatchingLabels{LabelComponent: name}); err != nil {
-		return fmt.Errorf("listing the pods of etcd %s/%s: %w", ns, name, err)
-	}
-	todo := needsReplacing(pods.Items)
+// whose pods need it (needsReplacing); pods are ns's pods, just read.
+// connect connects to the cluster's ready members with credentials that
+// may change its membership; without a quorum (errStarting) nothing is
+// done.
+func (r *Runtime) replaceMembers(ctx context.Context, ns, name string, pods []corev1.Pod, connect func(context.Context) (*clientv3.Client, error)) error {
+	members := slices.DeleteFunc(slices.Clone(pods), func(p corev1.Pod) bool { return p.Labels[LabelComponent] != name })
+	todo := needsReplacing(members)
 	if len(todo) == 0 {
 		return nil
 	}

@@ -108,7 +108,11 @@ func (s *sharedEtcd) ensure(ctx context.Context) (map[string][]byte, error) {
 func (s *sharedEtcd) replaceMembers(ctx context.Context) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.r.replaceMembers(ctx, s.ns(), SharedEtcdName, func(ctx context.Context) (*clientv3.Client, error) {
+	var pods corev1.PodList
+	if err := s.r.c.List(ctx, &pods, client.InNamespace(s.ns()), client.MatchingLabels{LabelComponent: SharedEtcdName}); err != nil {
+		return fmt.Errorf("listing the pods of etcd %s/%s: %w", s.ns(), SharedEtcdName, err)
+	}
+	return s.r.replaceMembers(ctx, s.ns(), SharedEtcdName, pods.Items, func(ctx context.Context) (*clientv3.Client, error) {
 		secret := &corev1.Secret{}
 		if err := s.r.c.Get(ctx, client.ObjectKey{Namespace: s.ns(), Name: SharedEtcdSecret}, secret); err != nil {
 			return nil, fmt.Errorf("getting Secret %s/%s: %w", s.ns(), SharedEtcdSecret, err)
