@@ -2,6 +2,7 @@ package controlplane
 
 import (
 	"path/filepath"
+	"time"
 
 	"fke.dev/fke/internal/encryption"
 	"fke.dev/fke/internal/pki"
@@ -95,13 +96,36 @@ func SchedulerFlags(f Files) []string {
 	}
 }
 
+// LeaderElection is how a component that elects a leader holds its Lease:
+// a leader renews it every RetryPeriod and stops leading when it could not
+// for RenewDeadline; a candidate takes over LeaseDuration after the last
+// renewal it saw. kube-controller-manager and kube-scheduler take the
+// same three values, as flags and as configuration.
+type LeaderElection struct {
+	LeaseDuration, RenewDeadline, RetryPeriod time.Duration
+}
+
+// Flags are kube-controller-manager's leader-election flags.
+func (l LeaderElection) Flags() []string {
+	return []string{
+		"--leader-elect=true",
+		"--leader-elect-lease-duration=" + l.LeaseDuration.String(),
+		"--leader-elect-renew-deadline=" + l.RenewDeadline.String(),
+		"--leader-elect-retry-period=" + l.RetryPeriod.String(),
+	}
+}
+
 // SchedulerConfig is kube-scheduler's configuration: its kubeconfig, a
 // client fast enough to bind tens of thousands of pods, and leader
-// election when more than one may run at once (a rolling update).
-func SchedulerConfig(kubeconfig string, leaderElect bool) []byte {
-	le := "false"
-	if leaderElect {
-		le = "true"
+// election when more than one may run at once (a rolling update; nil: no
+// election).
+func SchedulerConfig(kubeconfig string, le *LeaderElection) []byte {
+	election := "  leaderElect: false\n"
+	if le != nil {
+		election = "  leaderElect: true\n" +
+			"  leaseDuration: " + le.LeaseDuration.String() + "\n" +
+			"  renewDeadline: " + le.RenewDeadline.String() + "\n" +
+			"  retryPeriod: " + le.RetryPeriod.String() + "\n"
 	}
 	return []byte(`apiVersion: kubescheduler.config.k8s.io/v1
 kind: KubeSchedulerConfiguration
@@ -110,6 +134,5 @@ clientConnection:
   qps: 500
   burst: 1000
 leaderElection:
-  leaderElect: ` + le + `
-`)
+` + election)
 }

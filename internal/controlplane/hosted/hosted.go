@@ -436,7 +436,7 @@ func secretData(spec controlplane.Spec, ns string) (map[string][]byte, error) {
 		}
 		data[user+".kubeconfig"] = kc
 	}
-	data[schedulerYAML] = controlplane.SchedulerConfig(files{}.Kubeconfig(pki.Scheduler), true)
+	data[schedulerYAML] = controlplane.SchedulerConfig(files{}.Kubeconfig(pki.Scheduler), &leaderElection)
 	f := files{}
 	kc, err := controlplane.WebhookClientKubeconfig(f.PKI(pki.APIServerWebhookClientCertFile), f.PKI(pki.APIServerWebhookClientKeyFile))
 	if err != nil {

@@ -8,6 +8,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -224,15 +225,18 @@ func containerSecurity() *corev1.SecurityContext {
 	}
 }
 
-// Probes, as kubeadm's static pods have them: a component under a busy
-// node's load answers slowly, not never, so each probe waits up to 15 s;
-// startup is polled often (a plane is ready as soon as it serves) and
-// allowed 4 minutes; a live component is restarted after 80 s without an
-// answer. Readiness is polled every 2 s where it steers traffic (the API
-// server's Service), every 10 s where it only reports (etcd members, whose
-// Service publishes addresses that are not ready, kube-controller-manager,
-// kube-scheduler, kwok): an idle tenant's probes are a share of its CPU
-// (bench/README).
+// Probes: a component under a busy node's load answers slowly, not never,
+// so each probe waits up to 15 s (as kubeadm's static pods); startup is
+// polled often (a plane is ready as soon as it serves) and allowed 4
+// minutes. A live component is restarted after 3 minutes without an
+// answer, not kubeadm's 80 s: slow is not dead, and a restart on a
+// management cluster whose CPU is spent spends the component's start-up
+// CPU again (with 80 s, planes starting beside serving ones cost those
+// every replica; bench/README). Readiness is polled every 2 s where it
+// steers traffic (the API server's Service), every 10 s where it only
+// reports (etcd members, whose Service publishes addresses that are not
+// ready, kube-controller-manager, kube-scheduler, kwok): an idle tenant's
+// probes are a share of its CPU (bench/README).
 type probeKind int
 
 const (
@@ -249,7 +253,7 @@ func probe(h corev1.ProbeHandler, kind probeKind) *corev1.Probe {
 	case startup:
 		p.PeriodSeconds, p.FailureThreshold = 2, 120
 	case liveness:
-		p.PeriodSeconds, p.FailureThreshold = 10, 8
+		p.PeriodSeconds, p.FailureThreshold = 10, 18
 	case readiness:
 		p.PeriodSeconds, p.FailureThreshold = 2, 3
 	case readinessReport:
@@ -404,16 +408,26 @@ func spread(labels map[string]string) *corev1.Affinity {
 	}}
 }
 
+// leaderElection is how the one replica of kube-controller-manager and of
+// kube-scheduler holds its Lease; election keeps a rolling update from
+// running two at once. Upstream's defaults (15 s, 10 s, 2 s) make a
+// leader stop, and its container restart, when its API server has not
+// answered for 10 s: on a management cluster whose CPU is spent (many
+// planes starting), every slow moment restarted them, and each restart
+// spent its start-up CPU again. A leader here rides out 40 s of a slow
+// API server and renews every 10 s instead of 2 s; the cost is a longer
+// handover when a leader dies without releasing its Lease (up to a
+// minute: kube-controller-manager releases it on exit only behind an
+// alpha feature gate), as OpenShift's hosted control planes accept.
+var leaderElection = controlplane.LeaderElection{LeaseDuration: time.Minute, RenewDeadline: 40 * time.Second, RetryPeriod: 10 * time.Second}
+
 // components renders the Deployments of kube-apiserver,
 // kube-controller-manager and kube-scheduler.
 func (p plane) components() []*appsv1.Deployment {
 	f := files{}
-	kcm := append([]string{
+	kcm := append(append([]string{
 		"--bind-address=0.0.0.0", "--secure-port=" + strconv.Itoa(controllerManagerPort), "--cert-dir=/tmp",
-		// One replica; leader election keeps a rolling update from running
-		// two at once.
-		"--leader-elect=true",
-	}, controlplane.ControllerManagerFlags(f, p.spec)...)
+	}, leaderElection.Flags()...), controlplane.ControllerManagerFlags(f, p.spec)...)
 	sched := append([]string{
 		"--bind-address=0.0.0.0", "--secure-port=" + strconv.Itoa(schedulerPort), "--cert-dir=/tmp",
 	}, controlplane.SchedulerFlags(f)...)
@@ -529,11 +543,11 @@ func etcdCluster(name, namespace, secret, image string, replicas int32, extra []
 		"--peer-skip-client-san-verification=true",
 		// Members share their nodes' CPU with other tenants: with etcd's
 		// default 100 ms heartbeat a busy node makes followers call
-		// elections and linearizable reads time out. Two and a half times
-		// the defaults (etcd's tuning guide: raise both together, the
-		// election timeout ten heartbeats).
-		"--heartbeat-interval=250",
-		"--election-timeout=2500",
+		// elections and linearizable reads time out. Five times the
+		// defaults (etcd's tuning guide: raise both together, the election
+		// timeout ten heartbeats); a lost leader is replaced within 5 s.
+		"--heartbeat-interval=500",
+		"--election-timeout=5000",
 		"--snapshot-count=10000",
 		"--quota-backend-bytes=2147483648",
 		"--log-level=warn",

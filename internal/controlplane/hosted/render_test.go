@@ -161,6 +161,19 @@ func TestComponents(t *testing.T) {
 		if d.Spec.Strategy.RollingUpdate.MaxUnavailable.IntValue() != 0 {
 			t.Errorf("%s: a rolling update may stop a replica before its successor serves", tc.name)
 		}
+		// A live component is restarted only after minutes without an
+		// answer: on a busy management cluster slow is not dead.
+		if l := c.LivenessProbe; l.PeriodSeconds*l.FailureThreshold < 180 {
+			t.Errorf("%s: restarted after %d s without an answer, want at least 3 minutes", tc.name, l.PeriodSeconds*l.FailureThreshold)
+		}
+		if tc.name == controlplane.ControllerManager {
+			// It elects a leader, and rides out a slow API server.
+			for _, want := range []string{"--leader-elect=true", "--leader-elect-renew-deadline=40s"} {
+				if !slices.Contains(c.Command, want) {
+					t.Errorf("%s: command lacks %s: %v", tc.name, want, c.Command)
+				}
+			}
+		}
 	}
 }
 

@@ -50,7 +50,7 @@ func (l layout) write(spec controlplane.Spec) error {
 			return err
 		}
 	}
-	if err := writeIfChanged(l.SchedulerConfig(), controlplane.SchedulerConfig(l.Kubeconfig(pki.Scheduler), false)); err != nil {
+	if err := writeIfChanged(l.SchedulerConfig(), controlplane.SchedulerConfig(l.Kubeconfig(pki.Scheduler), nil)); err != nil {
 		return err
 	}
 	kc, err := controlplane.WebhookClientKubeconfig(l.PKI(pki.APIServerWebhookClientCertFile), l.PKI(pki.APIServerWebhookClientKeyFile))
