@@ -1,12 +1,14 @@
 package controlplane
 
 import (
+	"reflect"
 	"slices"
 	"testing"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	componentbase "k8s.io/component-base/config/v1alpha1"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/yaml"
 )
 
@@ -15,42 +17,31 @@ func TestSchedulerConfigLeaderElection(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		le   *LeaderElection
-		want map[string]any
+		want componentbase.LeaderElectionConfiguration
 	}{
-		{"no election", nil, map[string]any{"leaderElect": false}},
-		{"election", &le, map[string]any{"leaderElect": true, "leaseDuration": "1m0s", "renewDeadline": "40s", "retryPeriod": "10s"}},
+		{"no election", nil, componentbase.LeaderElectionConfiguration{LeaderElect: ptr.To(false)}},
+		{"election", &le, componentbase.LeaderElectionConfiguration{
+			LeaderElect:   ptr.To(true),
+			LeaseDuration: metav1.Duration{Duration: time.Minute},
+			RenewDeadline: metav1.Duration{Duration: 40 * time.Second},
+			RetryPeriod:   metav1.Duration{Duration: 10 * time.Second},
+		}},
 	} {
-		raw := SchedulerConfig("/k", tc.le)
 		// Upstream's own types, strictly: a misspelt field fails here,
 		// not in kube-scheduler.
-		var typed struct {
+		var cfg struct {
 			metav1.TypeMeta  `json:",inline"`
 			ClientConnection componentbase.ClientConnectionConfiguration `json:"clientConnection"`
 			LeaderElection   componentbase.LeaderElectionConfiguration   `json:"leaderElection"`
 		}
-		if err := yaml.UnmarshalStrict(raw, &typed); err != nil {
-			t.Fatalf("%s: %v", tc.name, err)
-		}
-		var cfg struct {
-			Kind             string         `json:"kind"`
-			LeaderElection   map[string]any `json:"leaderElection"`
-			ClientConnection struct {
-				Kubeconfig string `json:"kubeconfig"`
-			} `json:"clientConnection"`
-		}
-		if err := yaml.Unmarshal(raw, &cfg); err != nil {
+		if err := yaml.UnmarshalStrict(SchedulerConfig("/k", tc.le), &cfg); err != nil {
 			t.Fatalf("%s: %v", tc.name, err)
 		}
 		if cfg.Kind != "KubeSchedulerConfiguration" || cfg.ClientConnection.Kubeconfig != "/k" {
 			t.Errorf("%s: kind %q, kubeconfig %q", tc.name, cfg.Kind, cfg.ClientConnection.Kubeconfig)
 		}
-		if len(cfg.LeaderElection) != len(tc.want) {
-			t.Errorf("%s: leaderElection %v, want %v", tc.name, cfg.LeaderElection, tc.want)
-		}
-		for k, v := range tc.want {
-			if cfg.LeaderElection[k] != v {
-				t.Errorf("%s: leaderElection.%s = %v, want %v", tc.name, k, cfg.LeaderElection[k], v)
-			}
+		if !reflect.DeepEqual(cfg.LeaderElection, tc.want) {
+			t.Errorf("%s: leaderElection %+v, want %+v", tc.name, cfg.LeaderElection, tc.want)
 		}
 	}
 	flags := le.Flags()
