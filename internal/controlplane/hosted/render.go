@@ -418,7 +418,7 @@ func spread(labels map[string]string) *corev1.Affinity {
 // API server and renews every 10 s instead of 2 s; the cost is a longer
 // handover when a leader dies without releasing its Lease (up to a
 // minute: kube-controller-manager releases it on exit only behind an
-// alpha feature gate), as OpenShift's hosted control planes accept.
+// alpha feature gate; kube-scheduler releases it).
 var leaderElection = controlplane.LeaderElection{LeaseDuration: time.Minute, RenewDeadline: 40 * time.Second, RetryPeriod: 10 * time.Second}
 
 // components renders the Deployments of kube-apiserver,
