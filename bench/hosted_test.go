@@ -234,8 +234,15 @@ func logHostedProgress(ctx context.Context, b *testing.B, mgmt client.Client, st
 // the other datastore.
 type hostedSnapshot struct {
 	src  *testenv.HostedPlane
-	to   string
 	snap backup.Snapshot
+}
+
+// otherDatastore is the datastore a snapshot of a tenant on ds restores onto.
+func otherDatastore(ds string) string {
+	if ds == hosted.Shared {
+		return hosted.Dedicated
+	}
+	return hosted.Shared
 }
 
 // benchHostedSnapshots takes a snapshot (a key export through the
@@ -256,11 +263,7 @@ func benchHostedSnapshots(ctx context.Context, b *testing.B, rt *hosted.Runtime,
 			continue
 		}
 		b.Logf("snapshot of %s (%s etcd): %d bytes at revision %d in %s", src.Key, ds, snap.Size, snap.Revision, time.Since(t0).Round(time.Millisecond))
-		to := hosted.Shared
-		if ds == hosted.Shared {
-			to = hosted.Dedicated
-		}
-		out = append(out, hostedSnapshot{src: src, to: to, snap: snap})
+		out = append(out, hostedSnapshot{src: src, snap: snap})
 	}
 	return out
 }
@@ -273,12 +276,13 @@ func benchHostedRestores(ctx context.Context, b *testing.B, rt *hosted.Runtime, 
 	var wg sync.WaitGroup
 	for _, s := range snaps {
 		wg.Go(func() {
-			p, err := testenv.RestoreHostedPlane(ctx, rt, "bench/restored-"+s.src.Datastore, s.to, s.src.Bundle, dir.File(s.snap.Name))
+			to := otherDatastore(s.src.Datastore)
+			p, err := testenv.RestoreHostedPlane(ctx, rt, "bench/restored-"+s.src.Datastore, to, s.src.Bundle, dir.File(s.snap.Name))
 			if err != nil {
 				b.Error(err)
 				return
 			}
-			b.Logf("restored %s into a plane on the %s datastore: create -> /readyz %s", s.src.Key, s.to, p.Ready.Round(10*time.Millisecond))
+			b.Logf("restored %s into a plane on the %s datastore: create -> /readyz %s", s.src.Key, to, p.Ready.Round(10*time.Millisecond))
 			if err := rt.Delete(ctx, p.Key); err != nil {
 				b.Error(err)
 			}

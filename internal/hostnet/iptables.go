@@ -60,9 +60,15 @@ func (h *Host) iptables(ctx context.Context, args ...string) ([]byte, error) {
 	return h.run(ctx, "iptables", append([]string{"-w", "5"}, args...)...)
 }
 
+// ruleExists reports whether r is in its chain.
+func (h *Host) ruleExists(ctx context.Context, r rule) bool {
+	_, err := h.iptables(ctx, append([]string{"-t", r.table, "-C", r.chain}, r.spec...)...)
+	return err == nil
+}
+
 // ensureRule appends r unless it is there.
 func (h *Host) ensureRule(ctx context.Context, r rule) error {
-	if _, err := h.iptables(ctx, append([]string{"-t", r.table, "-C", r.chain}, r.spec...)...); err == nil {
+	if h.ruleExists(ctx, r) {
 		return nil
 	}
 	if _, err := h.iptables(ctx, append([]string{"-t", r.table, "-A", r.chain}, r.spec...)...); err != nil {
@@ -74,13 +80,12 @@ func (h *Host) ensureRule(ctx context.Context, r rule) error {
 // deleteRule deletes every copy of r; a missing rule is not an error.
 func (h *Host) deleteRule(ctx context.Context, r rule) error {
 	for range 10 {
-		if _, err := h.iptables(ctx, append([]string{"-t", r.table, "-C", r.chain}, r.spec...)...); err != nil {
+		if !h.ruleExists(ctx, r) {
 			return nil
 		}
-		if _, err := h.iptables(ctx, append([]string{"-t", r.table, "-D", r.chain}, r.spec...)...); err != nil {
-			if _, cerr := h.iptables(ctx, append([]string{"-t", r.table, "-C", r.chain}, r.spec...)...); cerr != nil {
-				return nil // removed meanwhile: another fke tidied the same host
-			}
+		// A rule gone meanwhile was removed by another fke tidying the
+		// same host: not an error.
+		if _, err := h.iptables(ctx, append([]string{"-t", r.table, "-D", r.chain}, r.spec...)...); err != nil && h.ruleExists(ctx, r) {
 			return fmt.Errorf("deleting iptables rule: %w", err)
 		}
 	}
@@ -92,9 +97,12 @@ func (h *Host) chainExists(ctx context.Context, table, chain string) bool {
 	return err == nil
 }
 
+// fkeChains are fke's own chains, by table.
+var fkeChains = []struct{ table, chain string }{{"nat", ChainPrerouting}, {"nat", ChainOutput}, {"filter", ChainInput}, {"filter", ChainForward}}
+
 // ensureChains makes fke's chains with their base rules and the jumps.
 func (h *Host) ensureChains(ctx context.Context) error {
-	for _, c := range []struct{ table, chain string }{{"nat", ChainPrerouting}, {"nat", ChainOutput}, {"filter", ChainInput}, {"filter", ChainForward}} {
+	for _, c := range fkeChains {
 		if !h.chainExists(ctx, c.table, c.chain) {
 			if _, err := h.iptables(ctx, "-t", c.table, "-N", c.chain); err != nil && !h.chainExists(ctx, c.table, c.chain) {
 				return fmt.Errorf("creating iptables chain %s: %w", c.chain, err)
@@ -117,7 +125,7 @@ func (h *Host) removeChains(ctx context.Context) error {
 			errs = append(errs, err)
 		}
 	}
-	for _, c := range []struct{ table, chain string }{{"nat", ChainPrerouting}, {"nat", ChainOutput}, {"filter", ChainInput}, {"filter", ChainForward}} {
+	for _, c := range fkeChains {
 		if !h.chainExists(ctx, c.table, c.chain) {
 			continue
 		}

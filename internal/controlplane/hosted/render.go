@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"path"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -425,9 +426,9 @@ var leaderElection = controlplane.LeaderElection{LeaseDuration: time.Minute, Ren
 // kube-controller-manager and kube-scheduler.
 func (p plane) components() []*appsv1.Deployment {
 	f := files{}
-	kcm := append(append([]string{
+	kcm := slices.Concat([]string{
 		"--bind-address=0.0.0.0", "--secure-port=" + strconv.Itoa(controllerManagerPort), "--cert-dir=/tmp",
-	}, leaderElection.Flags()...), controlplane.ControllerManagerFlags(f, p.spec)...)
+	}, leaderElection.Flags(), controlplane.ControllerManagerFlags(f, p.spec))
 	sched := append([]string{
 		"--bind-address=0.0.0.0", "--secure-port=" + strconv.Itoa(schedulerPort), "--cert-dir=/tmp",
 	}, controlplane.SchedulerFlags(f)...)
