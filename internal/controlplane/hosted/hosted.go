@@ -372,6 +372,18 @@ func (r *Runtime) Ensure(ctx context.Context, spec controlplane.Spec) (controlpl
 		sts, hsvc, budget := etcdCluster(EtcdService, ns, SecretName, r.image(controlplane.Etcd, ""), r.opts.EtcdReplicas, nil, p.secretHash)
 		objs = append(objs, hsvc, budget, sts)
 	}
+	if ds == Dedicated && !restoring {
+		switch wait, err := r.awaitMembers(ctx, ns); {
+		case err != nil:
+			return controlplane.Status{}, err
+		case wait:
+			// The datastore first; the components at a later reconcile.
+			if err := r.apply(ctx, objs...); err != nil {
+				return controlplane.Status{}, err
+			}
+			return r.Status(ctx, spec.Key)
+		}
+	}
 	if restoring {
 		// The datastore first, filled from the snapshot before any API
 		// server runs.
@@ -403,6 +415,40 @@ func (r *Runtime) Ensure(ctx context.Context, spec controlplane.Spec) (controlpl
 		r.log.Error("replacing etcd members", "cluster", spec.Key, "error", err.Error())
 	}
 	return st, nil
+}
+
+// awaitMembers reports whether a new plane's API server must wait for
+// its dedicated etcd: its Deployment is still to be made and fewer than a
+// quorum of the members have an address. An API server started before
+// then resolves the members' names before they exist, and the management
+// cluster's DNS caches that answer (30 s with the Corefile kubeadm and
+// fke write): it reaches etcd half a minute late, or exits at its 20 s
+// dial deadline and restarts.
+func (r *Runtime) awaitMembers(ctx context.Context, ns string) (bool, error) {
+	d := &appsv1.Deployment{}
+	switch err := r.c.Get(ctx, client.ObjectKey{Namespace: ns, Name: controlplane.APIServer}, d); {
+	case err == nil:
+		return false, nil
+	case !apierrors.IsNotFound(err):
+		return false, fmt.Errorf("getting Deployment %s/%s: %w", ns, controlplane.APIServer, err)
+	}
+	var pods corev1.PodList
+	if err := r.c.List(ctx, &pods, client.InNamespace(ns), client.MatchingLabels{LabelComponent: EtcdService}); err != nil {
+		return false, fmt.Errorf("listing the etcd members of %s: %w", ns, err)
+	}
+	return !quorumAddressed(pods.Items, r.opts.EtcdReplicas), nil
+}
+
+// quorumAddressed reports whether a quorum of an etcd cluster of replicas
+// members has pods with an address (and so names in the cluster's DNS).
+func quorumAddressed(pods []corev1.Pod, replicas int32) bool {
+	n := int32(0)
+	for _, p := range pods {
+		if p.Status.PodIP != "" && p.DeletionTimestamp.IsZero() {
+			n++
+		}
+	}
+	return n >= replicas/2+1
 }
 
 // replaceDatastoreMembers replaces the members of the tenant's etcd, its

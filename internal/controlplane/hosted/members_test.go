@@ -3,12 +3,20 @@ package hosted
 import (
 	"context"
 	"slices"
+	"strconv"
 	"testing"
+	"time"
 
 	"go.etcd.io/etcd/api/v3/etcdserverpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes/scheme"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+
+	"fke.dev/fke/internal/controlplane"
 )
 
 const bootstrapped = `{"level":"fatal","msg":"discovery failed","error":"member a0d27f33a7ff572a has already been bootstrapped"}`
@@ -126,5 +134,48 @@ func TestReplaceMember(t *testing.T) {
 		if err := replaceMember(context.Background(), f, peer); err != nil || f.calls != nil {
 			t.Errorf("%s: a second call did %v (%v), want nothing", tc.name, f.calls, err)
 		}
+	}
+}
+
+func TestAwaitMembers(t *testing.T) {
+	const ns = "fke-t-a"
+	member := func(i int, ip string, deleting bool) *corev1.Pod {
+		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{
+			Namespace: ns, Name: EtcdService + "-" + strconv.Itoa(i), Labels: map[string]string{LabelComponent: EtcdService},
+		}}
+		p.Status.PodIP = ip
+		if deleting {
+			p.DeletionTimestamp = &metav1.Time{Time: time.Now()}
+			p.Finalizers = []string{"test/hold"}
+		}
+		return p
+	}
+	other := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "kube-apiserver-x", Labels: componentLabels(controlplane.APIServer)},
+		Status: corev1.PodStatus{PodIP: "10.0.0.9"}}
+	apiServer := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: controlplane.APIServer}}
+	for _, tc := range []struct {
+		name string
+		objs []client.Object
+		want bool
+	}{
+		{"no member yet", nil, true},
+		{"one of three addressed, other pods do not count", []client.Object{member(0, "10.0.0.1", false), member(1, "", false), other}, true},
+		{"a quorum addressed", []client.Object{member(0, "10.0.0.1", false), member(1, "10.0.0.2", false), member(2, "", false)}, false},
+		{"one of the two is going", []client.Object{member(0, "10.0.0.1", false), member(1, "10.0.0.2", true)}, true},
+		// Once made, the API server is never held back (a member replaced
+		// later, a plane scaled back after Stop).
+		{"the API server exists", []client.Object{apiServer}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := fake.NewClientBuilder().WithScheme(scheme.Scheme).WithObjects(tc.objs...).Build()
+			r, err := New(Options{Client: c, Registry: "registry.test/fke"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := r.awaitMembers(context.Background(), ns)
+			if err != nil || got != tc.want {
+				t.Errorf("awaitMembers = %v, %v; want %v", got, err, tc.want)
+			}
+		})
 	}
 }
