@@ -409,6 +409,8 @@ func TestRBAC(t *testing.T) {
 		need{"policy", "poddisruptionbudgets", []string{"get", "create", "patch"}},
 		need{"", "pods", []string{"list"}},
 		need{"", "nodes", []string{"list"}},
+		// A new plane's etcd members listed before its API server starts.
+		need{"discovery.k8s.io", "endpointslices", []string{"list"}},
 	) {
 		if !grants(hostedRules, n.group, n.resource, n.verbs...) {
 			t.Errorf("with runtime hosted, the ClusterRole does not allow %v on %s.%s", n.verbs, n.resource, n.group)

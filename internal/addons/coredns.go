@@ -86,7 +86,12 @@ type CorefileOptions struct {
 	Kubeconfig string
 }
 
-// CorefileFor renders the Corefile for o.
+// CorefileFor renders the Corefile for o. It caches answers 30 s, as
+// kubeadm's does, but "no such name" only 5 s: a StatefulSet's pod names
+// appear in DNS only once its EndpointSlices list the pods, and a peer or
+// client that asked a moment before (an etcd member for the others, a
+// hosted control plane's API server for its etcd) would otherwise be told
+// the name does not exist for half a minute.
 func CorefileFor(o CorefileOptions) string {
 	def := func(v, d string) string {
 		if v == "" {
@@ -114,7 +119,9 @@ func CorefileFor(o CorefileOptions) string {
         ttl 30` + kubeconfig + `
     }
     prometheus ` + def(o.MetricsAddr, ":9153") + `
-    cache 30
+    cache 30 {
+        denial 9984 5
+    }
     reload
     loadbalance
 }

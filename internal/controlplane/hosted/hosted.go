@@ -32,9 +32,11 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"fke.dev/fke/internal/controlplane"
@@ -419,11 +421,11 @@ func (r *Runtime) Ensure(ctx context.Context, spec controlplane.Spec) (controlpl
 
 // awaitMembers reports whether a new plane's API server must wait for
 // its dedicated etcd: its Deployment is still to be made and fewer than a
-// quorum of the members have an address. An API server started before
-// then resolves the members' names before they exist, and the management
-// cluster's DNS caches that answer (30 s with the Corefile kubeadm and
-// fke write): it reaches etcd half a minute late, or exits at its 20 s
-// dial deadline and restarts.
+// quorum of the members are listed in the EndpointSlices of their headless
+// Service, from which the cluster's DNS serves their names. An API server
+// started before then is told the names do not exist, and resolvers cache
+// that (30 s in kubeadm's Corefile, 5 s in fke's): it reaches etcd late,
+// or exits at its fixed 20 s deadline to reach etcd and restarts.
 func (r *Runtime) awaitMembers(ctx context.Context, ns string) (bool, error) {
 	d := &appsv1.Deployment{}
 	switch err := r.c.Get(ctx, client.ObjectKey{Namespace: ns, Name: controlplane.APIServer}, d); {
@@ -432,23 +434,25 @@ func (r *Runtime) awaitMembers(ctx context.Context, ns string) (bool, error) {
 	case !apierrors.IsNotFound(err):
 		return false, fmt.Errorf("getting Deployment %s/%s: %w", ns, controlplane.APIServer, err)
 	}
-	var pods corev1.PodList
-	if err := r.c.List(ctx, &pods, client.InNamespace(ns), client.MatchingLabels{LabelComponent: EtcdService}); err != nil {
-		return false, fmt.Errorf("listing the etcd members of %s: %w", ns, err)
+	var eps discoveryv1.EndpointSliceList
+	if err := r.c.List(ctx, &eps, client.InNamespace(ns), client.MatchingLabels{discoveryv1.LabelServiceName: EtcdService}); err != nil {
+		return false, fmt.Errorf("listing the EndpointSlices of %s/%s: %w", ns, EtcdService, err)
 	}
-	return !quorumAddressed(pods.Items, r.opts.EtcdReplicas), nil
+	return !quorumListed(eps.Items, r.opts.EtcdReplicas), nil
 }
 
-// quorumAddressed reports whether a quorum of an etcd cluster of replicas
-// members has pods with an address (and so names in the cluster's DNS).
-func quorumAddressed(pods []corev1.Pod, replicas int32) bool {
-	n := int32(0)
-	for _, p := range pods {
-		if p.Status.PodIP != "" && p.DeletionTimestamp.IsZero() {
-			n++
+// quorumListed reports whether a quorum of an etcd cluster of replicas
+// members is listed, by hostname and address, in slices.
+func quorumListed(slices []discoveryv1.EndpointSlice, replicas int32) bool {
+	names := map[string]bool{}
+	for _, s := range slices {
+		for _, ep := range s.Endpoints {
+			if ep.Hostname != nil && len(ep.Addresses) > 0 && !ptr.Deref(ep.Conditions.Terminating, false) {
+				names[*ep.Hostname] = true
+			}
 		}
 	}
-	return n >= replicas/2+1
+	return int32(len(names)) >= replicas/2+1
 }
 
 // replaceDatastoreMembers replaces the members of the tenant's etcd, its

@@ -3,16 +3,17 @@ package hosted
 import (
 	"context"
 	"slices"
-	"strconv"
+	"strings"
 	"testing"
-	"time"
 
 	"go.etcd.io/etcd/api/v3/etcdserverpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
@@ -139,29 +140,41 @@ func TestReplaceMember(t *testing.T) {
 
 func TestAwaitMembers(t *testing.T) {
 	const ns = "fke-t-a"
-	member := func(i int, ip string, deleting bool) *corev1.Pod {
-		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{
-			Namespace: ns, Name: EtcdService + "-" + strconv.Itoa(i), Labels: map[string]string{LabelComponent: EtcdService},
-		}}
-		p.Status.PodIP = ip
-		if deleting {
-			p.DeletionTimestamp = &metav1.Time{Time: time.Now()}
-			p.Finalizers = []string{"test/hold"}
+	// slice lists members of the etcd Service: "etcd-0=10.0.0.1"; an
+	// address "-" is none yet, a trailing "!" a terminating endpoint.
+	slice := func(name, service string, members ...string) *discoveryv1.EndpointSlice {
+		s := &discoveryv1.EndpointSlice{
+			ObjectMeta:  metav1.ObjectMeta{Namespace: ns, Name: name, Labels: map[string]string{discoveryv1.LabelServiceName: service}},
+			AddressType: discoveryv1.AddressTypeIPv4,
 		}
-		return p
+		for _, m := range members {
+			host, addr, _ := strings.Cut(m, "=")
+			ep := discoveryv1.Endpoint{Hostname: ptr.To(host)}
+			if addr, gone := strings.CutSuffix(addr, "!"); gone {
+				ep.Conditions.Terminating = ptr.To(true)
+				ep.Addresses = []string{addr}
+			} else if addr != "-" {
+				ep.Addresses = []string{addr}
+			}
+			s.Endpoints = append(s.Endpoints, ep)
+		}
+		return s
 	}
-	other := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "kube-apiserver-x", Labels: componentLabels(controlplane.APIServer)},
-		Status: corev1.PodStatus{PodIP: "10.0.0.9"}}
 	apiServer := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: controlplane.APIServer}}
 	for _, tc := range []struct {
 		name string
 		objs []client.Object
 		want bool
 	}{
-		{"no member yet", nil, true},
-		{"one of three addressed, other pods do not count", []client.Object{member(0, "10.0.0.1", false), member(1, "", false), other}, true},
-		{"a quorum addressed", []client.Object{member(0, "10.0.0.1", false), member(1, "10.0.0.2", false), member(2, "", false)}, false},
-		{"one of the two is going", []client.Object{member(0, "10.0.0.1", false), member(1, "10.0.0.2", true)}, true},
+		{"no member listed yet", nil, true},
+		{"one of three listed; another Service's do not count", []client.Object{
+			slice("etcd-a", EtcdService, "etcd-0=10.0.0.1", "etcd-1=-"),
+			slice("other", "kube-apiserver", "etcd-1=10.0.0.2", "etcd-2=10.0.0.3"),
+		}, true},
+		{"a quorum listed, over two slices", []client.Object{
+			slice("etcd-a", EtcdService, "etcd-0=10.0.0.1"), slice("etcd-b", EtcdService, "etcd-1=10.0.0.2", "etcd-2=-"),
+		}, false},
+		{"one of the two is terminating", []client.Object{slice("etcd-a", EtcdService, "etcd-0=10.0.0.1", "etcd-1=10.0.0.2!")}, true},
 		// Once made, the API server is never held back (a member replaced
 		// later, a plane scaled back after Stop).
 		{"the API server exists", []client.Object{apiServer}, false},
