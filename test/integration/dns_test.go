@@ -57,13 +57,18 @@ func TestClusterDNS(t *testing.T) {
 		t.Fatalf("kube-dns Service: %v, clusterIP %s, want %s", err, svc.Spec.ClusterIP, want)
 	}
 
-	web, err := cs.CoreV1().Services("default").Create(ctx, &corev1.Service{
-		ObjectMeta: metav1.ObjectMeta{Name: "web"},
-		Spec:       corev1.ServiceSpec{Ports: []corev1.ServicePort{{Port: 80}}, Selector: map[string]string{"app": "web"}},
-	}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
+	// service creates a ClusterIP Service name in default.
+	service := func(name string) *corev1.Service {
+		svc, err := cs.CoreV1().Services("default").Create(ctx, &corev1.Service{
+			ObjectMeta: metav1.ObjectMeta{Name: name},
+			Spec:       corev1.ServiceSpec{Ports: []corev1.ServicePort{{Port: 80}}, Selector: map[string]string{"app": name}},
+		}, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return svc
 	}
+	web := service("web")
 	kubernetesSvc, err := cs.CoreV1().Services("default").Get(ctx, "kubernetes", metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -127,13 +132,7 @@ func TestClusterDNS(t *testing.T) {
 	if addrs, err := lookup(late); err == nil {
 		t.Fatalf("%s resolved to %v before its Service exists", late, addrs)
 	}
-	lateSvc, err := cs.CoreV1().Services("default").Create(ctx, &corev1.Service{
-		ObjectMeta: metav1.ObjectMeta{Name: "late"},
-		Spec:       corev1.ServiceSpec{Ports: []corev1.ServicePort{{Port: 80}}, Selector: map[string]string{"app": "late"}},
-	}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	lateSvc := service("late")
 	created := time.Now()
 	testenv.Eventually(t, 12*time.Second, "CoreDNS resolves "+late+" soon after a lookup that missed", func() error {
 		addrs, err := lookup(late)
