@@ -442,10 +442,10 @@ func (r *Runtime) awaitMembers(ctx context.Context, ns string) (bool, error) {
 }
 
 // quorumListed reports whether a quorum of an etcd cluster of replicas
-// members is listed, by hostname and address, in slices.
-func quorumListed(slices []discoveryv1.EndpointSlice, replicas int32) bool {
+// members is listed, by hostname and address, in the EndpointSlices eps.
+func quorumListed(eps []discoveryv1.EndpointSlice, replicas int32) bool {
 	names := map[string]bool{}
-	for _, s := range slices {
+	for _, s := range eps {
 		for _, ep := range s.Endpoints {
 			if ep.Hostname != nil && len(ep.Addresses) > 0 && !ptr.Deref(ep.Conditions.Terminating, false) {
 				names[*ep.Hostname] = true
