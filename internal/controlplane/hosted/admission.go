@@ -119,15 +119,23 @@ func (r *Runtime) planeStarts(ctx context.Context) ([]planeStart, error) {
 		if !ns.DeletionTimestamp.IsZero() {
 			continue
 		}
-		p := planeStart{Key: ns.Annotations[AnnotationCluster], Created: ns.CreationTimestamp.Time, Serving: serving[ns.Name]}
-		if s := ns.Annotations[AnnotationStarted]; s != "" {
-			t, err := time.Parse(time.RFC3339, s)
-			if err != nil {
-				t = ns.CreationTimestamp.Time // unreadable: counted from its creation
-			}
-			p.Started = t
-		}
-		planes = append(planes, p)
+		planes = append(planes, planeStart{
+			Key: ns.Annotations[AnnotationCluster], Created: ns.CreationTimestamp.Time, Started: startedAt(&ns), Serving: serving[ns.Name],
+		})
 	}
 	return planes, nil
+}
+
+// startedAt is when the plane of ns was let start (AnnotationStarted):
+// zero if it was not, ns's creation if the annotation is unreadable.
+func startedAt(ns *corev1.Namespace) time.Time {
+	s := ns.Annotations[AnnotationStarted]
+	if s == "" {
+		return time.Time{}
+	}
+	t, err := time.Parse(time.RFC3339, s)
+	if err != nil {
+		return ns.CreationTimestamp.Time
+	}
+	return t
 }

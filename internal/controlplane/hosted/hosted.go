@@ -374,7 +374,9 @@ func (r *Runtime) Ensure(ctx context.Context, spec controlplane.Spec) (controlpl
 		sts, hsvc, budget := etcdCluster(EtcdService, ns, SecretName, r.image(controlplane.Etcd, ""), r.opts.EtcdReplicas, nil, p.secretHash)
 		objs = append(objs, hsvc, budget, sts)
 	}
-	if ds == Dedicated && !restoring {
+	// Only while the plane starts: a running plane's reconciles read
+	// nothing more for it.
+	if ds == Dedicated && !restoring && time.Since(startedAt(nsObj)) < startDeadline {
 		switch wait, err := r.awaitMembers(ctx, ns); {
 		case err != nil:
 			return controlplane.Status{}, err
