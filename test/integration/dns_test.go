@@ -93,7 +93,7 @@ func TestClusterDNS(t *testing.T) {
 		t.Fatal(err)
 	}
 	cmd := exec.Command(coredns, "-conf", corefile)
-	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+	cmd.Stdout, cmd.Stderr = t.Output(), t.Output()
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}

@@ -6,6 +6,7 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"regexp"
 	"slices"
@@ -61,7 +62,10 @@ func TestHostedRuntime(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rt, err := hosted.New(hosted.Options{Client: mgmt, Registry: registry})
+	// The runtime logs into the test's output: shown when it fails, and
+	// never after another test's failure in a failed package's output.
+	logger := slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelInfo}))
+	rt, err := hosted.New(hosted.Options{Client: mgmt, Registry: registry, Logger: logger})
 	if err != nil {
 		t.Fatal(err)
 	}

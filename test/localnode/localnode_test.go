@@ -695,9 +695,16 @@ func dumpNodeLogs(t *testing.T, e *testenv.Env) {
 		if err != nil {
 			continue
 		}
+		// A few short lines each: the test's own failure message, printed
+		// before this, must stay within the tail of a CI log.
 		lines := strings.Split(strings.TrimSpace(string(data)), "\n")
-		if len(lines) > 25 {
-			lines = lines[len(lines)-25:]
+		if len(lines) > 10 {
+			lines = lines[len(lines)-10:]
+		}
+		for i, line := range lines {
+			if len(line) > 240 {
+				lines[i] = line[:240] + "…"
+			}
 		}
 		t.Logf("---- %s ----\n%s", l, strings.Join(lines, "\n"))
 	}
