@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"net/http"
 	"os"
 	"path/filepath"
 	"runtime/debug"
@@ -56,29 +55,9 @@ func registrySpec(p Paths, bin string, port int) (supervisor.Spec, error) {
 		// OTLP when asked to).
 		Env:     append(os.Environ(), "OTEL_SDK_DISABLED=true", "OTEL_TRACES_EXPORTER=none"),
 		LogPath: filepath.Join(p.Logs(), "registry.log"),
-		Ready:   registryReady("http://127.0.0.1:" + strconv.Itoa(port) + "/v2/"),
+		// The API root answers "{}".
+		Ready: supervisor.WaitHTTPOK("http://127.0.0.1:"+strconv.Itoa(port)+"/v2/", nil),
 	}, nil
-}
-
-// registryReady reports the registry ready when its API root answers 200
-// (with "{}", which supervisor.WaitHTTPReady does not accept).
-func registryReady(url string) func(ctx context.Context) error {
-	client := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
-	return func(ctx context.Context) error {
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-		if err != nil {
-			return err
-		}
-		resp, err := client.Do(req)
-		if err != nil {
-			return fmt.Errorf("checking %s: %w", url, err)
-		}
-		defer resp.Body.Close()
-		if resp.StatusCode != http.StatusOK {
-			return fmt.Errorf("checking %s: status %d", url, resp.StatusCode)
-		}
-		return nil
-	}
 }
 
 // pushSystemImages builds fke's images and pushes them to the registry at

@@ -24,7 +24,13 @@ const (
 	// backoffResetAfter: a process that ran longer than this before exiting
 	// is restarted after MinBackoff again.
 	backoffResetAfter = 30 * time.Second
-	readyPollInterval = 100 * time.Millisecond
+	// Spec.Ready is called every readyPollInterval for the first
+	// readyFastPollFor of a start (most processes are ready within it),
+	// then every readySlowPollInterval: a process that takes long to be
+	// ready, or never reports so, costs one call a second, not ten.
+	readyPollInterval     = 100 * time.Millisecond
+	readyFastPollFor      = 10 * time.Second
+	readySlowPollInterval = time.Second
 	// readyProbeTimeout bounds one call of Spec.Ready.
 	readyProbeTimeout = 5 * time.Second
 	// beforeRestartTimeout bounds one call of Spec.BeforeRestart.
@@ -390,9 +396,9 @@ func (p *Process) startLocked(ctx context.Context) (child, context.CancelFunc, e
 
 // probe polls Spec.Ready until it succeeds or ctx (the child's run) ends.
 func (p *Process) probe(ctx context.Context, gen, pid int) {
-	ticker := time.NewTicker(readyPollInterval)
-	defer ticker.Stop()
+	started := time.Now()
 	for {
+		next := time.Now().Add(readyPollDelay(time.Since(started)))
 		callCtx, cancel := context.WithTimeout(ctx, readyProbeTimeout)
 		err := p.spec.Ready(callCtx)
 		cancel()
@@ -418,9 +424,18 @@ func (p *Process) probe(ctx context.Context, gen, pid int) {
 		select {
 		case <-ctx.Done():
 			return
-		case <-ticker.C:
+		case <-time.After(time.Until(next)):
 		}
 	}
+}
+
+// readyPollDelay is the time between two calls of Spec.Ready, elapsed
+// after the start.
+func readyPollDelay(elapsed time.Duration) time.Duration {
+	if elapsed < readyFastPollFor {
+		return readyPollInterval
+	}
+	return readySlowPollInterval
 }
 
 // run waits for the child and restarts it with backoff until Stop or

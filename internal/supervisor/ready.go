@@ -16,6 +16,17 @@ import (
 // https, nil for defaults) and succeeds on status 200 with body "ok", as
 // kube-apiserver's /readyz and etcd's /health-style endpoints answer.
 func WaitHTTPReady(url string, tlsConfig *tls.Config) func(ctx context.Context) error {
+	return httpCheck(url, tlsConfig, true)
+}
+
+// WaitHTTPOK returns a Spec.Ready check that GETs url and succeeds on
+// status 200 whatever the body, for servers whose health answers are not
+// "ok": kube-proxy's /healthz (a JSON document) or a registry's /v2/ ("{}").
+func WaitHTTPOK(url string, tlsConfig *tls.Config) func(ctx context.Context) error {
+	return httpCheck(url, tlsConfig, false)
+}
+
+func httpCheck(url string, tlsConfig *tls.Config, wantOK bool) func(ctx context.Context) error {
 	transport := &http.Transport{DisableKeepAlives: true}
 	if tlsConfig != nil {
 		transport.TLSClientConfig = tlsConfig.Clone()
@@ -38,7 +49,7 @@ func WaitHTTPReady(url string, tlsConfig *tls.Config) func(ctx context.Context) 
 			return fmt.Errorf("checking %s: reading body: %w", url, readErr)
 		}
 		text := strings.TrimSpace(string(body))
-		if resp.StatusCode != http.StatusOK || text != "ok" {
+		if resp.StatusCode != http.StatusOK || (wantOK && text != "ok") {
 			return fmt.Errorf("checking %s: status %d, body %.200q", url, resp.StatusCode, text)
 		}
 		return nil

@@ -11,7 +11,9 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strconv"
+	"strings"
 	"testing"
+	"time"
 )
 
 func TestWaitHTTPReady(t *testing.T) {
@@ -21,6 +23,12 @@ func TestWaitHTTPReady(t *testing.T) {
 			_, _ = io.WriteString(w, "ok\n")
 		case "/notok":
 			_, _ = io.WriteString(w, "[-]etcd failed")
+		case "/json":
+			// As kube-proxy's /healthz answers.
+			_, _ = io.WriteString(w, `{"healthy":true,"nodeEligible":true}`)
+		case "/json-unhealthy":
+			w.WriteHeader(http.StatusServiceUnavailable)
+			_, _ = io.WriteString(w, `{"healthy":false}`)
 		default:
 			http.Error(w, "ok", http.StatusInternalServerError)
 		}
@@ -33,20 +41,30 @@ func TestWaitHTTPReady(t *testing.T) {
 	tests := []struct {
 		name    string
 		url     string
+		anyBody bool // WaitHTTPOK, not WaitHTTPReady
 		wantErr bool
 	}{
-		{"ok", srv.URL + "/readyz", false},
-		{"body not ok", srv.URL + "/notok", true},
-		{"status 500", srv.URL + "/fail", true},
-		{"untrusted server", srv.URL + "/readyz", true},
+		{"ok", srv.URL + "/readyz", false, false},
+		{"body not ok", srv.URL + "/notok", false, true},
+		{"status 500", srv.URL + "/fail", false, true},
+		{"untrusted server", srv.URL + "/readyz", false, true},
+		{"a JSON body is not ok", srv.URL + "/json", false, true},
+		{"any body: JSON", srv.URL + "/json", true, false},
+		{"any body: ok", srv.URL + "/readyz", true, false},
+		{"any body: status 503", srv.URL + "/json-unhealthy", true, true},
+		{"any body: untrusted server", srv.URL + "/json", true, true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			cfg := tlsConfig
-			if tt.name == "untrusted server" {
+			if strings.HasSuffix(tt.name, "untrusted server") {
 				cfg = nil
 			}
-			err := WaitHTTPReady(tt.url, cfg)(context.Background())
+			check := WaitHTTPReady
+			if tt.anyBody {
+				check = WaitHTTPOK
+			}
+			err := check(tt.url, cfg)(context.Background())
 			if (err != nil) != tt.wantErr {
 				t.Errorf("err = %v, wantErr %v", err, tt.wantErr)
 			}
@@ -132,4 +150,20 @@ func testCertPEM(t *testing.T, srv *httptest.Server) (certPEM, keyPEM []byte) {
 	}
 	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: cert.Certificate[0]}),
 		pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der})
+}
+
+func TestReadyPollDelay(t *testing.T) {
+	tests := []struct {
+		elapsed, want time.Duration
+	}{
+		{0, readyPollInterval},
+		{readyFastPollFor - time.Millisecond, readyPollInterval},
+		{readyFastPollFor, readySlowPollInterval},
+		{time.Hour, readySlowPollInterval},
+	}
+	for _, tt := range tests {
+		if got := readyPollDelay(tt.elapsed); got != tt.want {
+			t.Errorf("readyPollDelay(%v) = %v, want %v", tt.elapsed, got, tt.want)
+		}
+	}
 }

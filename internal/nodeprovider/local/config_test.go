@@ -4,6 +4,7 @@ import (
 	"net/netip"
 	"strings"
 	"testing"
+	"time"
 	"unicode"
 	"unicode/utf8"
 
@@ -198,4 +199,25 @@ func FuzzKubeletConfig(f *testing.F) {
 			t.Fatalf("clusterDNS %v, want %q", got.ClusterDNS, dns)
 		}
 	})
+}
+
+// TestKubeletStatusFrequency: a GPU node's kubelet computes its status
+// every 500 ms, any other's every 10 s; both send it every minute.
+func TestKubeletStatusFrequency(t *testing.T) {
+	for _, tt := range []struct {
+		gpu  bool
+		want time.Duration
+	}{{true, 500 * time.Millisecond}, {false, 10 * time.Second}} {
+		data, err := KubeletConfig(Layout{Dir: "/n"}, KubeletSpec{NodeIP: netip.MustParseAddr("172.29.0.2"), GPU: tt.gpu})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var cfg kubeletv1beta1.KubeletConfiguration
+		if err := yaml.UnmarshalStrict(data, &cfg); err != nil {
+			t.Fatal(err)
+		}
+		if cfg.NodeStatusUpdateFrequency.Duration != tt.want || cfg.NodeStatusReportFrequency.Duration != time.Minute {
+			t.Errorf("GPU %v: status computed every %v, sent every %v; want %v and 1m", tt.gpu, cfg.NodeStatusUpdateFrequency.Duration, cfg.NodeStatusReportFrequency.Duration, tt.want)
+		}
+	}
 }

@@ -90,6 +90,8 @@ type NodeConfig struct {
 	// Reserved and MaxPods shape the node's allocatable.
 	Reserved corev1.ResourceList
 	MaxPods  int32
+	// GPU: the node's instance type has GPUs.
+	GPU bool
 	// PauseImage is the sandbox image; Registry, when set, the insecure
 	// registry (host:port) the node trusts.
 	PauseImage string
@@ -169,7 +171,7 @@ func (n *Node) writeConfig() error {
 	c := n.cfg
 	kubelet, err := KubeletConfig(n.l, KubeletSpec{
 		NodeIP: c.Net.IP, ProviderID: c.ProviderID, CgroupRoot: n.CgroupRoot(), ClusterDNS: c.ClusterDNS,
-		Taints: c.Taints, Reserved: c.Reserved, MaxPods: c.MaxPods, ServerTLSBootstrap: c.Bootstrap,
+		Taints: c.Taints, Reserved: c.Reserved, MaxPods: c.MaxPods, ServerTLSBootstrap: c.Bootstrap, GPU: c.GPU,
 	})
 	if err != nil {
 		return err
@@ -321,7 +323,8 @@ func (n *Node) start(ctx context.Context) error {
 		Name: n.procName(ProcKubeProxy), Path: "nsenter",
 		Args:    append(enter, c.KubeProxyPath, "--config="+l.ProxyConfig(), "--v=1"),
 		LogPath: l.Log(ProcKubeProxy), GracePeriod: stopGracePeriod, MaxRestarts: maxRestarts, Env: nodeEnv(),
-		Ready: supervisor.WaitHTTPReady("http://"+net.JoinHostPort(c.Net.IP.String(), strconv.Itoa(ProxyHealthzPort))+"/healthz", nil),
+		// kube-proxy's /healthz answers a JSON document, not "ok".
+		Ready: supervisor.WaitHTTPOK("http://"+net.JoinHostPort(c.Net.IP.String(), strconv.Itoa(ProxyHealthzPort))+"/healthz", nil),
 	}); err != nil {
 		return err
 	}

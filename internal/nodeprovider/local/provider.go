@@ -380,7 +380,7 @@ func (p *Provider) nodeConfig(ctx context.Context, cluster nodeprovider.Cluster,
 		KubeletKubeconfig: kubeconfig, Bootstrap: bootstrap, ProxyKubeconfig: proxyKubeconfig,
 		ClusterCIDR: cluster.PodCIDR, ClusterDNS: join.DNSIP,
 		Labels: spec.Template.Labels, Taints: spec.Template.Spec.Taints,
-		Reserved: reserved, MaxPods: maxPods,
+		Reserved: reserved, MaxPods: maxPods, GPU: spec.InstanceType.Spec.GPU != nil,
 		PauseImage: p.opts.PauseImage, Registry: p.opts.Registry, Images: p.opts.Images,
 		Version: spec.Version, KubeletPath: kubelet, KubeProxyPath: proxy,
 	}, apiPort, nil
