@@ -243,11 +243,12 @@ func KubeletConfig(l Layout, s KubeletSpec) ([]byte, error) {
 		"registerWithTaints":          s.Taints,
 		// Status is sent only when it changed, or every minute. A GPU
 		// node's is computed every 500 ms (a GPU gone unhealthy leaves
-		// allocatable within a second); any other node's every 10 s, as
-		// upstream's default: each computation reads the Node from the API
-		// server, which costs a management cluster's CPU nodes and API
-		// server more than it buys (bench/README). Either kubelet reports
-		// Ready as soon as it is, whatever the period (it polls its first
+		// allocatable within a second); any other node's every 2 s (a
+		// kubelet back from a stall reports Ready within about that), a
+		// quarter of the cost: each computation reads the Node from the
+		// API server, which a management cluster's nodes pay for with
+		// their tenants' CPU (bench/README). A new kubelet reports Ready
+		// as soon as it is, whatever the period (it polls its first
 		// status every 100 ms).
 		"nodeStatusUpdateFrequency": statusUpdateFrequency(s.GPU),
 		"nodeStatusReportFrequency": "1m",
@@ -264,7 +265,7 @@ func statusUpdateFrequency(gpu bool) string {
 	if gpu {
 		return "500ms"
 	}
-	return "10s"
+	return "2s"
 }
 
 // Reservation returns what the kubelet keeps from pods on a host of

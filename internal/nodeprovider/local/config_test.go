@@ -202,12 +202,12 @@ func FuzzKubeletConfig(f *testing.F) {
 }
 
 // TestKubeletStatusFrequency: a GPU node's kubelet computes its status
-// every 500 ms, any other's every 10 s; both send it every minute.
+// every 500 ms, any other's every 2 s; both send it every minute.
 func TestKubeletStatusFrequency(t *testing.T) {
 	for _, tt := range []struct {
 		gpu  bool
 		want time.Duration
-	}{{true, 500 * time.Millisecond}, {false, 10 * time.Second}} {
+	}{{true, 500 * time.Millisecond}, {false, 2 * time.Second}} {
 		data, err := KubeletConfig(Layout{Dir: "/n"}, KubeletSpec{NodeIP: netip.MustParseAddr("172.29.0.2"), GPU: tt.gpu})
 		if err != nil {
 			t.Fatal(err)
