@@ -175,6 +175,7 @@ func (r *Runtime) addonDeployments(ctx context.Context, ns string) ([]appsv1.Dep
 
 // removeAddon deletes the Deployment, Secret and Service of addon name.
 func (r *Runtime) removeAddon(ctx context.Context, ns, name string) error {
+	defer r.applied.forgetNamespace(ns)
 	for _, o := range []client.Object{
 		&appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}},
 		&corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}},

@@ -80,6 +80,13 @@ type Runtime struct {
 	shared *sharedEtcd
 	// admitMu makes each start's admission see the one before it.
 	admitMu sync.Mutex
+	// applied is what this runtime applied lately (see reapplyAfter).
+	applied appliedSet
+	// host is the endpoint host last chosen from the nodes (see
+	// endpointHost).
+	hostMu sync.Mutex
+	host   string
+	hostAt time.Time
 }
 
 var _ controlplane.Runtime = (*Runtime)(nil)
@@ -135,8 +142,17 @@ func (r *Runtime) apply(ctx context.Context, objs ...client.Object) error {
 	for _, o := range objs {
 		o.SetManagedFields(nil)
 		o.SetResourceVersion("")
+		k := keyOf(o)
+		hash, err := objectHash(o)
+		if err == nil && !r.applied.needs(k, hash, time.Now()) {
+			continue
+		}
 		if err := r.c.Patch(ctx, o, client.Apply, client.FieldOwner(FieldOwner), client.ForceOwnership); err != nil {
+			r.applied.forget(k)
 			return fmt.Errorf("applying %T %s/%s: %w", o, o.GetNamespace(), o.GetName(), err)
+		}
+		if hash != "" {
+			r.applied.done(k, hash, time.Now())
 		}
 	}
 	return nil
@@ -171,6 +187,8 @@ func (r *Runtime) ensureNamespace(ctx context.Context, key, datastore string) (*
 	case !apierrors.IsNotFound(err):
 		return nil, fmt.Errorf("getting namespace %s: %w", name, err)
 	}
+	// Nothing this runtime applied there before is left.
+	r.applied.forgetNamespace(name)
 	if err := r.apply(ctx, ns); err != nil {
 		return nil, err
 	}
@@ -269,12 +287,32 @@ func (r *Runtime) ensureService(ctx context.Context, ns string) (*corev1.Service
 	return svc, nil
 }
 
+// hostFor is how long endpointHost keeps a node it chose: every Ensure
+// asks, and a list of a cluster's Nodes (their images and status
+// included) is among the larger reads of its API server.
+const hostFor = 30 * time.Second
+
 // endpointHost is Options.EndpointHost, else the InternalIP of the first
-// Ready node of the management cluster.
+// Ready node of the management cluster (chosen again every hostFor).
 func (r *Runtime) endpointHost(ctx context.Context) (string, error) {
 	if r.opts.EndpointHost != "" {
 		return r.opts.EndpointHost, nil
 	}
+	r.hostMu.Lock()
+	defer r.hostMu.Unlock()
+	if r.host != "" && time.Since(r.hostAt) < hostFor {
+		return r.host, nil
+	}
+	host, err := r.readyNodeAddress(ctx)
+	if err != nil {
+		return "", err
+	}
+	r.host, r.hostAt = host, time.Now()
+	return host, nil
+}
+
+// readyNodeAddress is the InternalIP of the first Ready node, by name.
+func (r *Runtime) readyNodeAddress(ctx context.Context) (string, error) {
 	var nodes corev1.NodeList
 	if err := r.c.List(ctx, &nodes); err != nil {
 		return "", fmt.Errorf("listing the management cluster's nodes: %w", err)
@@ -645,6 +683,7 @@ func (r *Runtime) etcdStatus(ctx context.Context, ns, datastore, key string) (co
 // back, EnsureAddons the addons.
 func (r *Runtime) Stop(ctx context.Context, key string) error {
 	ns := Namespace(key)
+	defer r.applied.forgetNamespace(ns)
 	addons, err := r.addonDeployments(ctx, ns)
 	if err != nil {
 		return err
@@ -677,6 +716,7 @@ func ptr32(v int32) *int32 { return &v }
 // user and role; it returns once the namespace is gone.
 func (r *Runtime) Delete(ctx context.Context, key string) error {
 	ns := Namespace(key)
+	defer r.applied.forgetNamespace(ns)
 	nsObj := &corev1.Namespace{}
 	if err := r.c.Get(ctx, client.ObjectKey{Name: ns}, nsObj); err != nil {
 		if apierrors.IsNotFound(err) {
@@ -749,6 +789,7 @@ func (r *Runtime) Upgrade(ctx context.Context, spec controlplane.Spec, component
 }
 
 func (r *Runtime) setVersion(ctx context.Context, d *appsv1.Deployment, version string) error {
+	defer r.applied.forgetNamespace(d.Namespace)
 	patch := client.MergeFrom(d.DeepCopy())
 	d.Annotations[AnnotationVersion] = version
 	d.Spec.Template.Spec.Containers[0].Image = r.image(d.Name, version)

@@ -55,6 +55,7 @@ func kwokDeployment(ns, img string, args []string, hash string, keys []string) *
 // StopKwok removes the kwok Deployment and Secret of the cluster with key.
 func (r *Runtime) StopKwok(ctx context.Context, key string) error {
 	ns := Namespace(key)
+	defer r.applied.forgetNamespace(ns)
 	for _, o := range []client.Object{
 		&appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: KwokName}},
 		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: KwokName}},
