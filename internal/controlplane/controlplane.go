@@ -306,6 +306,13 @@ func APIServerIPs(serviceCIDR, nodeAddress string) ([]net.IP, error) {
 	return ips, nil
 }
 
+// StartPoller is a Runtime whose control planes take long enough to start
+// that its callers ask for their Status less often than they would a
+// process on this machine: StartPollInterval is how often.
+type StartPoller interface {
+	StartPollInterval() time.Duration
+}
+
 // InPlaceRestorer is a Runtime whose datastore keeps running while a
 // snapshot's keys replace its data (a hosted one, whose etcd is a set of
 // pods or a prefix of a shared cluster, not a directory to set aside).

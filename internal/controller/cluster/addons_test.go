@@ -245,3 +245,27 @@ func TestReconcileAddons(t *testing.T) {
 		})
 	}
 }
+
+type pollingRuntime struct {
+	controlplane.Runtime
+	every time.Duration
+}
+
+func (p pollingRuntime) StartPollInterval() time.Duration { return p.every }
+
+// TestStartPoll: a starting plane is asked again at its runtime's interval
+// when the runtime has one, else every requeueStarting.
+func TestStartPoll(t *testing.T) {
+	for _, tt := range []struct {
+		name string
+		rt   controlplane.Runtime
+		want time.Duration
+	}{
+		{"a runtime without an interval", &fakeRuntime{}, requeueStarting},
+		{"a runtime with one", pollingRuntime{every: 500 * time.Millisecond}, 500 * time.Millisecond},
+	} {
+		if got := startPoll(tt.rt); got != tt.want {
+			t.Errorf("%s: %v, want %v", tt.name, got, tt.want)
+		}
+	}
+}

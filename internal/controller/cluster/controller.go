@@ -281,7 +281,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.
 		if st.Queued != "" {
 			return ctrl.Result{RequeueAfter: requeueQueued}, nil
 		}
-		return ctrl.Result{RequeueAfter: requeueStarting}, nil
+		return ctrl.Result{RequeueAfter: startPoll(r.runtime(cl))}, nil
 	}
 	if !wasReady {
 		log.Info("control plane ready", "cluster", req.String(), "endpoint", st.Endpoint)
@@ -340,6 +340,14 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.
 
 // runtime returns the runtime of cl's spec.runtime (nil when this
 // manager does not run it; validate says so before anything is asked of it).
+// startPoll is how often a starting control plane of rt is asked again.
+func startPoll(rt controlplane.Runtime) time.Duration {
+	if p, ok := rt.(controlplane.StartPoller); ok {
+		return p.StartPollInterval()
+	}
+	return requeueStarting
+}
+
 func (r *Reconciler) runtime(cl *fkev1.Cluster) controlplane.Runtime {
 	return RuntimeOf(r.Runtimes, cl)
 }

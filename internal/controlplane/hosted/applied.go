@@ -13,8 +13,8 @@ import (
 // reapplyAfter bounds how long the runtime trusts its last apply of an
 // object: one unchanged since is applied again only after this long.
 //
-// The cluster controller calls Ensure every 200 ms while a plane starts
-// and every 10 s once it runs; each call renders about ten objects, and a
+// The cluster controller calls Ensure every 500 ms while a plane starts
+// (StartPollInterval) and every 10 s once it runs; each call renders about ten objects, and a
 // server-side apply of an unchanged one still costs the management API
 // server a decode, a merge of the managed fields and a comparison. With
 // ten planes on a small management cluster those no-op applies were a

@@ -89,7 +89,17 @@ type Runtime struct {
 	hostAt time.Time
 }
 
-var _ controlplane.Runtime = (*Runtime)(nil)
+var (
+	_ controlplane.Runtime     = (*Runtime)(nil)
+	_ controlplane.StartPoller = (*Runtime)(nil)
+)
+
+// StartPollInterval is how often the cluster controller asks again about
+// a starting plane: every 500 ms, not the 200 ms of a local process. A
+// hosted plane takes 15 s or more to start (its pods, then the API
+// server's own start), and every Ensure reads the plane's objects from the
+// management cluster.
+func (r *Runtime) StartPollInterval() time.Duration { return 500 * time.Millisecond }
 
 // FieldOwner is the runtime's field manager for server-side apply.
 const FieldOwner = "fke-hosted-runtime"
