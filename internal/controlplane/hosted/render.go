@@ -164,6 +164,14 @@ func (p plane) apiServerArgs() []string {
 		"--etcd-certfile=" + f.PKI(datastoreCert),
 		"--etcd-keyfile=" + f.PKI(datastoreKey),
 		"--admission-control-config-file=" + f.PKI(admissionYAML),
+		// /readyz reports etcd unready after 10 s without an answer, not
+		// upstream's 2 s: on a busy management cluster an etcd read takes
+		// seconds, and both replicas share the one etcd, so taking them
+		// out of the Service serves no one. The API server also asks etcd
+		// at most every half of it (5 s), not every second, however often
+		// the kubelet probes: fewer linearizable reads for an idle tenant's
+		// etcd (bench/README).
+		"--etcd-readycheck-timeout=10s",
 	}
 	if p.etcdPrefix != "" {
 		// The tenant's role grants only its prefix; the API server's

@@ -67,12 +67,14 @@ func TestAPIServerArgs(t *testing.T) {
 			want: []string{"--secure-port=31443", "--advertise-address=172.29.1.2", "--bind-address=0.0.0.0",
 				// It presents its webhook client certificate to webhooks (the VPA's).
 				"--admission-control-config-file=/etc/fke/admission.yaml",
+				// etcd slow for a moment on a busy cluster is not unready.
+				"--etcd-readycheck-timeout=10s",
 				"--etcd-servers=https://etcd-0.etcd.fke-default-demo.svc:2379,https://etcd-1.etcd.fke-default-demo.svc:2379,https://etcd-2.etcd.fke-default-demo.svc:2379"},
 			absent: []string{"--etcd-prefix=", "--etcd-compaction-interval="},
 		},
 		{
 			datastore: Shared,
-			want: []string{"--etcd-prefix=/fke/fke-default-demo", "--etcd-compaction-interval=0",
+			want: []string{"--etcd-prefix=/fke/fke-default-demo", "--etcd-compaction-interval=0", "--etcd-readycheck-timeout=10s",
 				"--etcd-servers=https://fke-etcd-0.fke-etcd.fke-system.svc:2379,https://fke-etcd-1.fke-etcd.fke-system.svc:2379,https://fke-etcd-2.fke-etcd.fke-system.svc:2379"},
 		},
 	} {
