@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	authenticationv1 "k8s.io/api/authentication/v1"
 	certv1 "k8s.io/api/certificates/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -129,6 +130,13 @@ func TestNodeJoinsByTLSBootstrap(t *testing.T) {
 		t.Fatal(err)
 	}
 	booter := kubernetes.NewForConfigOrDie(bootCfg)
+	// The API server learns a new token from its cache of kube-system's
+	// Secrets, a moment after the Secret is made (a kubelet retries its
+	// bootstrap as long).
+	testenv.Eventually(t, 30*time.Second, "bootstrap token accepted", func() error {
+		_, err := booter.AuthenticationV1().SelfSubjectReviews().Create(ctx, &authenticationv1.SelfSubjectReview{}, metav1.CreateOptions{})
+		return err
+	})
 
 	// 1. Client certificate through the bootstrap token.
 	const node = "boot-n1"
