@@ -98,9 +98,20 @@ func Take(ctx context.Context, m Maintenance, endpoint string, d Dir, now time.T
 	})
 }
 
+// ErrExists says d already keeps a snapshot of the name a new one would
+// take (snapshots are named by the second they are taken in): a snapshot
+// recorded, and perhaps uploaded, is never replaced by another.
+var ErrExists = errors.New("a snapshot of that name is already kept")
+
 // write stores snapshot s of d: fill writes its data, whose size and
-// checksum write records with it. The file appears only once complete.
+// checksum write records with it. The file appears only once complete; a
+// snapshot of s's name already kept is an ErrExists.
 func write(d Dir, s Snapshot, fill func(io.Writer) error) (Snapshot, error) {
+	for _, p := range []string{d.meta(s.Name), d.File(s.Name)} {
+		if _, err := os.Lstat(p); err == nil {
+			return Snapshot{}, fmt.Errorf("snapshot %s: %w", s.Name, ErrExists)
+		}
+	}
 	tmp := d.File(s.Name) + ".part"
 	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o600)
 	if err != nil {

@@ -76,6 +76,22 @@ func TestTakeListVerifyPrune(t *testing.T) {
 	}
 }
 
+// TestTakeKeepsASnapshotOfTheSameName: a second snapshot in the same
+// second is refused and the first stays as it was recorded.
+func TestTakeKeepsASnapshotOfTheSameName(t *testing.T) {
+	d := Dir(t.TempDir())
+	first, err := Take(context.Background(), fakeEtcd{data: []byte("first"), rev: 1}, "e", d, t0, "uid-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Take(context.Background(), fakeEtcd{data: []byte("second"), rev: 2}, "e", d, t0.Add(900*time.Millisecond), "uid-1"); !errors.Is(err, ErrExists) {
+		t.Fatalf("a second snapshot in the same second: %v, want ErrExists", err)
+	}
+	if got, err := Verify(d, first.Name); err != nil || got != first {
+		t.Errorf("the first snapshot after the second was refused: %+v, %v; was %+v", got, err, first)
+	}
+}
+
 func TestTakeFailureLeavesNothing(t *testing.T) {
 	d := Dir(t.TempDir())
 	if _, err := Take(context.Background(), fakeEtcd{err: errors.New("etcd down")}, "e", d, t0, "uid-1"); err == nil {

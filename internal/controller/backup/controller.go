@@ -7,6 +7,7 @@ package backup
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"path/filepath"
 	"strings"
@@ -73,27 +74,34 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if r.Now != nil {
 		now = r.Now()
 	}
+	take, after, err := wanted(cl, now)
+	if err != nil {
+		return ctrl.Result{}, r.setResult(ctx, cl, cl.Annotations[fkev1.AnnotationBackupRequested], nil, err, nil)
+	}
+	if take && r.APIReader != nil {
+		// The cache may not hold this controller's own last status write
+		// yet (a reconcile queued meanwhile runs right after the one that
+		// wrote it): a snapshot is taken only if the cluster as the API
+		// server has it still wants one.
+		fresh := &fkev1.Cluster{}
+		if err := r.APIReader.Get(ctx, req.NamespacedName, fresh); err != nil {
+			return ctrl.Result{}, client.IgnoreNotFound(err)
+		}
+		cl = fresh
+		if take, after, err = wanted(cl, now); err != nil {
+			return ctrl.Result{}, r.setResult(ctx, cl, cl.Annotations[fkev1.AnnotationBackupRequested], nil, err, nil)
+		}
+	}
+	if !take {
+		return ctrl.Result{RequeueAfter: after}, nil
+	}
 	requested := cl.Annotations[fkev1.AnnotationBackupRequested]
-	pending := requested != "" && requested != cl.Status.BackupRequest
-	var due time.Time
-	if b := cl.Spec.Backup; b != nil && b.Schedule != "" {
-		sched, err := backup.ParseSchedule(b.Schedule)
-		if err != nil {
-			return ctrl.Result{}, r.setResult(ctx, cl, requested, nil, err, nil)
-		}
-		var last time.Time
-		if n := len(cl.Status.Backups); n > 0 {
-			last = cl.Status.Backups[n-1].Time.Time
-		}
-		due = backup.Due(sched, last, cl.CreationTimestamp.Time)
-	}
-	if !pending && (due.IsZero() || now.Before(due)) {
-		if due.IsZero() {
-			return ctrl.Result{}, nil
-		}
-		return ctrl.Result{RequeueAfter: due.Sub(now)}, nil
-	}
 	snap, err := r.take(ctx, rt, cl, now)
+	if errors.Is(err, backup.ErrExists) {
+		// A snapshot was taken in this second already: the next second
+		// names this one.
+		return ctrl.Result{RequeueAfter: now.Truncate(time.Second).Add(time.Second).Sub(now)}, nil
+	}
 	var up *uploadResult
 	if err == nil {
 		up = r.upload(ctx, cl)
@@ -105,6 +113,34 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		return ctrl.Result{RequeueAfter: time.Minute}, nil
 	}
 	return ctrl.Result{RequeueAfter: time.Second}, nil
+}
+
+// wanted decides whether cl wants a snapshot at now: one requested by
+// the annotation and not yet taken, or one due on spec.backup.schedule.
+// When it does not, after is when to look again (0: only on a change).
+// An invalid schedule is an error. Pure.
+func wanted(cl *fkev1.Cluster, now time.Time) (take bool, after time.Duration, err error) {
+	requested := cl.Annotations[fkev1.AnnotationBackupRequested]
+	if requested != "" && requested != cl.Status.BackupRequest {
+		return true, 0, nil
+	}
+	b := cl.Spec.Backup
+	if b == nil || b.Schedule == "" {
+		return false, 0, nil
+	}
+	sched, err := backup.ParseSchedule(b.Schedule)
+	if err != nil {
+		return false, 0, err
+	}
+	var last time.Time
+	if n := len(cl.Status.Backups); n > 0 {
+		last = cl.Status.Backups[n-1].Time.Time
+	}
+	due := backup.Due(sched, last, cl.CreationTimestamp.Time)
+	if now.Before(due) {
+		return false, due.Sub(now), nil
+	}
+	return true, 0, nil
 }
 
 // retain is how many snapshots cl keeps (locally, and in its store).

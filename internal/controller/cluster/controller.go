@@ -382,6 +382,17 @@ func (r *Reconciler) backupDir(namespace, name string) backup.Dir {
 func (r *Reconciler) keepSnapshot(ctx context.Context, cl *fkev1.Cluster, bundle pki.Bundle, now time.Time) (backup.Snapshot, error) {
 	dir := r.backupDir(cl.Namespace, cl.Name)
 	snap, err := TakeSnapshot(ctx, r.runtime(cl), cl, bundle, dir, now)
+	if errors.Is(err, backup.ErrExists) {
+		// A snapshot was taken in this second (perhaps the one a restore
+		// in place reads): this one is named after the next.
+		next := now.Truncate(time.Second).Add(time.Second)
+		select {
+		case <-ctx.Done():
+			return backup.Snapshot{}, ctx.Err()
+		case <-time.After(time.Until(next)):
+		}
+		snap, err = TakeSnapshot(ctx, r.runtime(cl), cl, bundle, dir, time.Now())
+	}
 	if err == nil {
 		err = EnsureRestoreKeys(ctx, r.Client, cl, bundle)
 	}
