@@ -215,7 +215,12 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.
 		}
 		restore = path
 	}
-	if want := cl.Annotations[fkev1.AnnotationRestoreInPlace]; want != "" && want != cl.Status.RestoreRequest {
+	want, err := r.inPlaceRequest(ctx, cl)
+	if err != nil {
+		setUnknown(cl, err)
+		return ctrl.Result{}, err
+	}
+	if want != "" {
 		path, kept, err := r.restoreInPlace(ctx, cl, bundle, want)
 		cl.Status.RestoreRequest = want
 		if err != nil {
@@ -426,6 +431,29 @@ func (r *Reconciler) stopEverywhere(ctx context.Context, key string) error {
 func (r *Reconciler) baseInstalled(key string) bool {
 	_, ok := r.base.Load(key)
 	return ok
+}
+
+// inPlaceRequest returns the restore in place that cl asks for and that
+// was not done yet ("" when none). A request the cache shows as not done
+// is checked on the API server: the status write of the reconcile that
+// did it may not be in the cache yet, and a restore done twice would set
+// aside (or snapshot over) the data the first one restored.
+func (r *Reconciler) inPlaceRequest(ctx context.Context, cl *fkev1.Cluster) (string, error) {
+	want := cl.Annotations[fkev1.AnnotationRestoreInPlace]
+	if want == "" || want == cl.Status.RestoreRequest {
+		return "", nil
+	}
+	if r.APIReader == nil {
+		return want, nil
+	}
+	fresh := &fkev1.Cluster{}
+	if err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(cl), fresh); err != nil {
+		return "", fmt.Errorf("reading cluster %s before restoring it in place: %w", cl.Name, err)
+	}
+	if fresh.Status.RestoreRequest == want {
+		return "", nil
+	}
+	return want, nil
 }
 
 // restoreInPlace checks the snapshot a restore in place asks for (want is

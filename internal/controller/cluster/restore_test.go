@@ -87,3 +87,77 @@ func TestRestoreInPlaceKeepsTheDataFirst(t *testing.T) {
 		t.Errorf("status.backups %+v: want the old snapshot and the kept one", cl.Status.Backups)
 	}
 }
+
+// TestRestoreInPlaceOfASnapshotOfThisSecond: the snapshot that keeps the
+// replaced data never takes the name (and file) of the snapshot restored,
+// even when that one was taken in the same second.
+func TestRestoreInPlaceOfASnapshotOfThisSecond(t *testing.T) {
+	ctx := context.Background()
+	cl := &fkev1.Cluster{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "h", UID: "uid-h"},
+		Spec: fkev1.ClusterSpec{Runtime: fkev1.RuntimeHosted}}
+	c := fake.NewClientBuilder().WithScheme(testScheme(t)).WithObjects(cl).Build()
+	dir := t.TempDir()
+	rt := &inPlaceRuntime{}
+	r := &Reconciler{Client: c, Recorder: events.NewFakeRecorder(10), BackupDir: dir,
+		Runtimes: map[fkev1.ControlPlaneRuntime]controlplane.Runtime{fkev1.RuntimeHosted: rt}}
+	own := backup.Dir(filepath.Join(dir, "default", "h"))
+	asked, err := backup.Take(ctx, etcdBytes("the data asked for"), "e", own, time.Now(), "uid-h")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, kept, err := r.restoreInPlace(ctx, cl, nil, asked.Name+"@1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if kept == asked.Name {
+		t.Fatalf("the replaced data was kept as %s, the snapshot restored", kept)
+	}
+	if got, err := backup.Verify(own, asked.Name); err != nil || got != asked {
+		t.Errorf("the snapshot restored, after the restore: %+v, %v; was %+v", got, err, asked)
+	}
+}
+
+// TestInPlaceRequest: a restore in place asked for and not done is done
+// once; one the API server shows done, though the cache does not yet, is
+// not done again.
+func TestInPlaceRequest(t *testing.T) {
+	ctx := context.Background()
+	cluster := func(asked, done string) *fkev1.Cluster {
+		cl := &fkev1.Cluster{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "c"}}
+		if asked != "" {
+			cl.Annotations = map[string]string{fkev1.AnnotationRestoreInPlace: asked}
+		}
+		cl.Status.RestoreRequest = done
+		return cl
+	}
+	for _, tc := range []struct {
+		name          string
+		cached, fresh *fkev1.Cluster
+		want          string
+	}{
+		{name: "none asked", cached: cluster("", ""), fresh: cluster("", "")},
+		{name: "asked", cached: cluster("s1@1", ""), fresh: cluster("s1@1", ""), want: "s1@1"},
+		{name: "asked again", cached: cluster("s1@2", "s1@1"), fresh: cluster("s1@2", "s1@1"), want: "s1@2"},
+		{name: "done", cached: cluster("s1@1", "s1@1"), fresh: cluster("s1@1", "s1@1")},
+		{name: "done, the cache behind", cached: cluster("s1@1", ""), fresh: cluster("s1@1", "s1@1")},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := &Reconciler{APIReader: fake.NewClientBuilder().WithScheme(testScheme(t)).WithObjects(tc.fresh).Build()}
+			got, err := r.inPlaceRequest(ctx, tc.cached)
+			if err != nil || got != tc.want {
+				t.Errorf("inPlaceRequest = %q, %v; want %q", got, err, tc.want)
+			}
+		})
+	}
+}
+
+// etcdBytes serves a snapshot of its text.
+type etcdBytes string
+
+func (etcdBytes) Status(context.Context, string) (*clientv3.StatusResponse, error) {
+	return &clientv3.StatusResponse{Header: &etcdserverpb.ResponseHeader{Revision: 3}}, nil
+}
+
+func (e etcdBytes) Snapshot(context.Context) (io.ReadCloser, error) {
+	return io.NopCloser(strings.NewReader(string(e))), nil
+}
