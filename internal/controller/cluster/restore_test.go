@@ -48,6 +48,17 @@ func (f *inPlaceRuntime) RestoreInPlace(_ context.Context, spec controlplane.Spe
 	return nil
 }
 
+// inPlaceReconciler reconciles cl (hosted) on an inPlaceRuntime; own is
+// where cl's snapshots are kept.
+func inPlaceReconciler(t *testing.T, cl *fkev1.Cluster) (r *Reconciler, rt *inPlaceRuntime, own backup.Dir) {
+	c := fake.NewClientBuilder().WithScheme(testScheme(t)).WithObjects(cl).Build()
+	dir := t.TempDir()
+	rt = &inPlaceRuntime{}
+	r = &Reconciler{Client: c, Recorder: events.NewFakeRecorder(10), BackupDir: dir,
+		Runtimes: map[fkev1.ControlPlaneRuntime]controlplane.Runtime{fkev1.RuntimeHosted: rt}}
+	return r, rt, backup.Dir(filepath.Join(dir, cl.Namespace, cl.Name))
+}
+
 // TestRestoreInPlaceKeepsTheDataFirst: on a runtime that replaces the data
 // itself (hosted), a restore in place first takes a snapshot of the data it
 // replaces, lists it, and hands the runtime the snapshot asked for; the next
@@ -56,12 +67,7 @@ func TestRestoreInPlaceKeepsTheDataFirst(t *testing.T) {
 	ctx := context.Background()
 	cl := &fkev1.Cluster{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "h", UID: "uid-h"},
 		Spec: fkev1.ClusterSpec{Runtime: fkev1.RuntimeHosted, Datastore: fkev1.DatastoreShared}}
-	c := fake.NewClientBuilder().WithScheme(testScheme(t)).WithObjects(cl).Build()
-	dir := t.TempDir()
-	rt := &inPlaceRuntime{}
-	r := &Reconciler{Client: c, Recorder: events.NewFakeRecorder(10), BackupDir: dir,
-		Runtimes: map[fkev1.ControlPlaneRuntime]controlplane.Runtime{fkev1.RuntimeHosted: rt}}
-	own := backup.Dir(filepath.Join(dir, "default", "h"))
+	r, rt, own := inPlaceReconciler(t, cl)
 	old, err := backup.Take(ctx, etcdData{}, "e", own, time.Now().Add(-time.Hour), "uid-h")
 	if err != nil {
 		t.Fatal(err)
@@ -95,12 +101,7 @@ func TestRestoreInPlaceOfASnapshotOfThisSecond(t *testing.T) {
 	ctx := context.Background()
 	cl := &fkev1.Cluster{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "h", UID: "uid-h"},
 		Spec: fkev1.ClusterSpec{Runtime: fkev1.RuntimeHosted}}
-	c := fake.NewClientBuilder().WithScheme(testScheme(t)).WithObjects(cl).Build()
-	dir := t.TempDir()
-	rt := &inPlaceRuntime{}
-	r := &Reconciler{Client: c, Recorder: events.NewFakeRecorder(10), BackupDir: dir,
-		Runtimes: map[fkev1.ControlPlaneRuntime]controlplane.Runtime{fkev1.RuntimeHosted: rt}}
-	own := backup.Dir(filepath.Join(dir, "default", "h"))
+	r, _, own := inPlaceReconciler(t, cl)
 	asked, err := backup.Take(ctx, etcdBytes("the data asked for"), "e", own, time.Now(), "uid-h")
 	if err != nil {
 		t.Fatal(err)
