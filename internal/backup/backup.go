@@ -103,6 +103,10 @@ func Take(ctx context.Context, m Maintenance, endpoint string, d Dir, now time.T
 // recorded, and perhaps uploaded, is never replaced by another.
 var ErrExists = errors.New("a snapshot of that name is already kept")
 
+// NextName is when a snapshot named after another one taken at t may be
+// taken: the start of the next second.
+func NextName(t time.Time) time.Time { return t.Truncate(time.Second).Add(time.Second) }
+
 // write stores snapshot s of d: fill writes its data, whose size and
 // checksum write records with it. The file appears only once complete; a
 // snapshot of s's name already kept is an ErrExists.

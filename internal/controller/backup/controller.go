@@ -75,9 +75,6 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		now = r.Now()
 	}
 	take, after, err := wanted(cl, now)
-	if err != nil {
-		return ctrl.Result{}, r.setResult(ctx, cl, cl.Annotations[fkev1.AnnotationBackupRequested], nil, err, nil)
-	}
 	if take && r.APIReader != nil {
 		// The cache may not hold this controller's own last status write
 		// yet (a reconcile queued meanwhile runs right after the one that
@@ -88,9 +85,10 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 			return ctrl.Result{}, client.IgnoreNotFound(err)
 		}
 		cl = fresh
-		if take, after, err = wanted(cl, now); err != nil {
-			return ctrl.Result{}, r.setResult(ctx, cl, cl.Annotations[fkev1.AnnotationBackupRequested], nil, err, nil)
-		}
+		take, after, err = wanted(cl, now)
+	}
+	if err != nil {
+		return ctrl.Result{}, r.setResult(ctx, cl, cl.Annotations[fkev1.AnnotationBackupRequested], nil, err, nil)
 	}
 	if !take {
 		return ctrl.Result{RequeueAfter: after}, nil
@@ -100,7 +98,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if errors.Is(err, backup.ErrExists) {
 		// A snapshot was taken in this second already: the next second
 		// names this one.
-		return ctrl.Result{RequeueAfter: now.Truncate(time.Second).Add(time.Second).Sub(now)}, nil
+		return ctrl.Result{RequeueAfter: backup.NextName(now).Sub(now)}, nil
 	}
 	var up *uploadResult
 	if err == nil {

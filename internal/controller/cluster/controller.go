@@ -390,11 +390,10 @@ func (r *Reconciler) keepSnapshot(ctx context.Context, cl *fkev1.Cluster, bundle
 	if errors.Is(err, backup.ErrExists) {
 		// A snapshot was taken in this second (perhaps the one a restore
 		// in place reads): this one is named after the next.
-		next := now.Truncate(time.Second).Add(time.Second)
 		select {
 		case <-ctx.Done():
 			return backup.Snapshot{}, ctx.Err()
-		case <-time.After(time.Until(next)):
+		case <-time.After(time.Until(backup.NextName(now))):
 		}
 		snap, err = TakeSnapshot(ctx, r.runtime(cl), cl, bundle, dir, time.Now())
 	}
