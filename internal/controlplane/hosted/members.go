@@ -28,7 +28,9 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -76,13 +78,44 @@ func needsReplacing(pods []corev1.Pod) []*corev1.Pod {
 	return out
 }
 
+// memberCallTimeout bounds each membership call. etcd makes one
+// membership change at a time: an add proposed while the leader has not
+// yet applied the removal before it is dropped as a no-op, and the call
+// then waits for an answer that never comes, until its context ends. A
+// variable for the tests.
+var memberCallTimeout = 10 * time.Second
+
+// memberAttempts is how many times replaceMember tries a change whose
+// call ran out of time before it leaves the rest to the next reconcile.
+const memberAttempts = 3
+
 // replaceMember makes the member at peerURL a new, not yet started member
 // of the cluster: it removes the member that was started there and adds
 // one. It is idempotent: a member added and not started yet is left as it
-// is, and a removed one is added.
+// is, and a removed one is added. A call that runs out of time is tried
+// again from the member list, which says whether the change was made.
 func replaceMember(ctx context.Context, cl clientv3.Cluster, peerURL string) error {
-	list, err := cl.MemberList(ctx)
-	if err != nil {
+	var err error
+	for range memberAttempts {
+		err = replaceMemberOnce(ctx, cl, peerURL)
+		if err == nil || ctx.Err() != nil || !errors.Is(err, context.DeadlineExceeded) {
+			return err
+		}
+	}
+	return err
+}
+
+func replaceMemberOnce(ctx context.Context, cl clientv3.Cluster, peerURL string) error {
+	call := func(f func(context.Context) error) error {
+		ctx, cancel := context.WithTimeout(ctx, memberCallTimeout)
+		defer cancel()
+		return f(ctx)
+	}
+	var list *clientv3.MemberListResponse
+	if err := call(func(ctx context.Context) (err error) {
+		list, err = cl.MemberList(ctx)
+		return err
+	}); err != nil {
 		return fmt.Errorf("listing the members: %w", err)
 	}
 	for _, m := range list.Members {
@@ -92,11 +125,19 @@ func replaceMember(ctx context.Context, cl clientv3.Cluster, peerURL string) err
 		if m.Name == "" {
 			return nil // added, waiting for its pod to start
 		}
-		if _, err := cl.MemberRemove(ctx, m.ID); err != nil {
+		if err := call(func(ctx context.Context) error {
+			_, err := cl.MemberRemove(ctx, m.ID)
+			return err
+		}); err != nil && !errors.Is(err, rpctypes.ErrMemberNotFound) {
 			return fmt.Errorf("removing member %s (%x): %w", m.Name, m.ID, err)
 		}
 	}
-	if _, err := cl.MemberAdd(ctx, []string{peerURL}); err != nil {
+	if err := call(func(ctx context.Context) error {
+		_, err := cl.MemberAdd(ctx, []string{peerURL})
+		return err
+	}); err != nil && !errors.Is(err, rpctypes.ErrPeerURLExist) {
+		// ErrPeerURLExist: an add whose call ran out of time was made
+		// after all.
 		return fmt.Errorf("adding a member at %s: %w", peerURL, err)
 	}
 	return nil

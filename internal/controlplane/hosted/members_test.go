@@ -5,8 +5,10 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -77,6 +79,10 @@ type fakeCluster struct {
 	members []*etcdserverpb.Member
 	calls   []string
 	next    uint64
+	// hang is how many adds wait until their context ends, as an add
+	// etcd dropped does; land says whether those are made all the same.
+	hang int
+	land bool
 }
 
 func (f *fakeCluster) MemberList(context.Context, ...clientv3.OpOption) (*clientv3.MemberListResponse, error) {
@@ -89,8 +95,20 @@ func (f *fakeCluster) MemberRemove(_ context.Context, id uint64) (*clientv3.Memb
 	return &clientv3.MemberRemoveResponse{}, nil
 }
 
-func (f *fakeCluster) MemberAdd(_ context.Context, peers []string) (*clientv3.MemberAddResponse, error) {
+func (f *fakeCluster) MemberAdd(ctx context.Context, peers []string) (*clientv3.MemberAddResponse, error) {
 	f.calls = append(f.calls, "add")
+	if slices.ContainsFunc(f.members, func(m *etcdserverpb.Member) bool { return slices.Equal(m.PeerURLs, peers) }) {
+		return nil, rpctypes.ErrPeerURLExist
+	}
+	if f.hang > 0 {
+		f.hang--
+		if f.land {
+			f.next++
+			f.members = append(f.members, &etcdserverpb.Member{ID: 100 + f.next, PeerURLs: peers})
+		}
+		<-ctx.Done()
+		return nil, ctx.Err()
+	}
 	f.next++
 	f.members = append(f.members, &etcdserverpb.Member{ID: 100 + f.next, PeerURLs: peers})
 	return &clientv3.MemberAddResponse{}, nil
@@ -105,16 +123,23 @@ func TestReplaceMember(t *testing.T) {
 			{ID: 3, Name: "etcd-2", PeerURLs: []string{peer}},
 		}
 	}
+	defer func(d time.Duration) { memberCallTimeout = d }(memberCallTimeout)
+	memberCallTimeout = 10 * time.Millisecond
 	for _, tc := range []struct {
 		name    string
 		members []*etcdserverpb.Member
+		hang    int
+		land    bool
 		calls   []string
 	}{
-		{"the old member is removed and a new one added", started(), []string{"remove", "add"}},
-		{"removed, not added yet (a crash in between): added", started()[:2], []string{"add"}},
-		{"added, not started yet: left as it is", append(started()[:2], &etcdserverpb.Member{ID: 9, PeerURLs: []string{peer}}), nil},
+		{"the old member is removed and a new one added", started(), 0, false, []string{"remove", "add"}},
+		{"removed, not added yet (a crash in between): added", started()[:2], 0, false, []string{"add"}},
+		{"added, not started yet: left as it is", append(started()[:2], &etcdserverpb.Member{ID: 9, PeerURLs: []string{peer}}), 0, false, nil},
+		{"an add dropped (a removal not applied yet on the leader): added again", started(), 1, false, []string{"remove", "add", "add"}},
+		{"an add whose answer never came, made all the same: not added twice", started(), 1, true, []string{"remove", "add"}},
+		{"two adds dropped: added at the third", started(), 2, false, []string{"remove", "add", "add", "add"}},
 	} {
-		f := &fakeCluster{members: tc.members}
+		f := &fakeCluster{members: tc.members, hang: tc.hang, land: tc.land}
 		if err := replaceMember(context.Background(), f, peer); err != nil {
 			t.Fatalf("%s: %v", tc.name, err)
 		}
