@@ -79,26 +79,26 @@ func needsReplacing(pods []corev1.Pod) []*corev1.Pod {
 }
 
 // memberCallTimeout bounds each membership call. etcd makes one
-// membership change at a time: an add proposed while the leader has not
-// yet applied the removal before it is dropped as a no-op, and the call
-// then waits for an answer that never comes, until its context ends. A
-// variable for the tests.
+// membership change at a time: the leader turns a change proposed before
+// it has applied the one before into a no-op, and a member that passed
+// such an add on to the leader waits for an answer that never comes,
+// until the call's context ends. A variable for the tests.
 var memberCallTimeout = 10 * time.Second
 
-// memberAttempts is how many times replaceMember tries a change whose
-// call ran out of time before it leaves the rest to the next reconcile.
+// memberAttempts is how many times replaceMember tries before it leaves
+// the rest to the next reconcile.
 const memberAttempts = 3
 
 // replaceMember makes the member at peerURL a new, not yet started member
 // of the cluster: it removes the member that was started there and adds
 // one. It is idempotent: a member added and not started yet is left as it
-// is, and a removed one is added. A call that runs out of time is tried
-// again from the member list, which says whether the change was made.
+// is, and a removed one is added. A try that failed (a call that ran out
+// of time, which etcd answers as a timeout or the client as its deadline)
+// is followed by another from the member list, which says what was made.
 func replaceMember(ctx context.Context, cl clientv3.Cluster, peerURL string) error {
 	var err error
 	for range memberAttempts {
-		err = replaceMemberOnce(ctx, cl, peerURL)
-		if err == nil || ctx.Err() != nil || !errors.Is(err, context.DeadlineExceeded) {
+		if err = replaceMemberOnce(ctx, cl, peerURL); err == nil || ctx.Err() != nil {
 			return err
 		}
 	}

@@ -80,9 +80,12 @@ type fakeCluster struct {
 	calls   []string
 	next    uint64
 	// hang is how many adds wait until their context ends, as an add
-	// etcd dropped does; land says whether those are made all the same.
-	hang int
-	land bool
+	// etcd dropped does, or answer timeout where it is set (etcd's
+	// answer when the deadline reaches it first); land says whether
+	// those adds are made all the same.
+	hang    int
+	land    bool
+	timeout error
 }
 
 func (f *fakeCluster) MemberList(context.Context, ...clientv3.OpOption) (*clientv3.MemberListResponse, error) {
@@ -105,6 +108,9 @@ func (f *fakeCluster) MemberAdd(ctx context.Context, peers []string) (*clientv3.
 		if f.land {
 			f.next++
 			f.members = append(f.members, &etcdserverpb.Member{ID: 100 + f.next, PeerURLs: peers})
+		}
+		if f.timeout != nil {
+			return nil, f.timeout
 		}
 		<-ctx.Done()
 		return nil, ctx.Err()
@@ -130,16 +136,18 @@ func TestReplaceMember(t *testing.T) {
 		members []*etcdserverpb.Member
 		hang    int
 		land    bool
+		timeout error
 		calls   []string
 	}{
-		{"the old member is removed and a new one added", started(), 0, false, []string{"remove", "add"}},
-		{"removed, not added yet (a crash in between): added", started()[:2], 0, false, []string{"add"}},
-		{"added, not started yet: left as it is", append(started()[:2], &etcdserverpb.Member{ID: 9, PeerURLs: []string{peer}}), 0, false, nil},
-		{"an add dropped (a removal not applied yet on the leader): added again", started(), 1, false, []string{"remove", "add", "add"}},
-		{"an add whose answer never came, made all the same: not added twice", started(), 1, true, []string{"remove", "add"}},
-		{"two adds dropped: added at the third", started(), 2, false, []string{"remove", "add", "add", "add"}},
+		{"the old member is removed and a new one added", started(), 0, false, nil, []string{"remove", "add"}},
+		{"removed, not added yet (a crash in between): added", started()[:2], 0, false, nil, []string{"add"}},
+		{"added, not started yet: left as it is", append(started()[:2], &etcdserverpb.Member{ID: 9, PeerURLs: []string{peer}}), 0, false, nil, nil},
+		{"an add dropped (a removal not applied yet on the leader): added again", started(), 1, false, nil, []string{"remove", "add", "add"}},
+		{"an add whose answer never came, made all the same: not added twice", started(), 1, true, nil, []string{"remove", "add"}},
+		{"an add dropped, answered by etcd as timed out: added again", started(), 1, false, rpctypes.ErrTimeout, []string{"remove", "add", "add"}},
+		{"two adds dropped: added at the third", started(), 2, false, nil, []string{"remove", "add", "add", "add"}},
 	} {
-		f := &fakeCluster{members: tc.members, hang: tc.hang, land: tc.land}
+		f := &fakeCluster{members: tc.members, hang: tc.hang, land: tc.land, timeout: tc.timeout}
 		if err := replaceMember(context.Background(), f, peer); err != nil {
 			t.Fatalf("%s: %v", tc.name, err)
 		}
