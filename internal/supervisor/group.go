@@ -108,6 +108,24 @@ func (g *Group) Stop(ctx context.Context, name string) error {
 	return p.stop(ctx)
 }
 
+// StopLeftIn stops the children that an earlier supervisor left in this
+// group's holder (see HoldIn) and that this group has not taken over,
+// whose log file lies in dir: the processes of something deleted before
+// this group started them again. Nothing to do without a holder: children
+// die with the process that started them.
+func (g *Group) StopLeftIn(ctx context.Context, dir string) error {
+	g.mu.Lock()
+	h := g.holder
+	g.mu.Unlock()
+	if h == nil {
+		return nil
+	}
+	if err := h.stopLeft(ctx, dir); err != nil {
+		return fmt.Errorf("stopping the processes left in %s: %w", dir, err)
+	}
+	return nil
+}
+
 // StopAll stops every process in reverse start order, one at a time, and
 // returns the errors of those that did not stop.
 func (g *Group) StopAll(ctx context.Context) error {

@@ -35,7 +35,9 @@ import (
 // environment, directory, log) is handed over instead of starting another;
 // the others are stopped before the new child starts. Children that no
 // session claims within AdoptWindow of a new session's first request are
-// stopped (a cluster deleted while no manager ran).
+// stopped (a cluster deleted while no manager ran); a client stops sooner
+// those it will not claim, by the directory they log into (a cluster
+// deleted before the new manager took its processes over).
 type Holder struct {
 	log *slog.Logger
 	// AdoptWindow: see the type's comment. NewHolder sets 2 minutes.
@@ -78,6 +80,15 @@ type startAnswer struct {
 
 const holderStartPath = "/v1/start"
 
+// stopLeftRequest asks the holder to stop the children that earlier
+// sessions left and whose log file lies in Dir.
+type stopLeftRequest struct {
+	Session string `json:"session"`
+	Dir     string `json:"dir"`
+}
+
+const holderStopLeftPath = "/v1/stop-left"
+
 // maxSocketPath is the longest path a Unix socket may bind (sun_path, less
 // its terminating zero).
 const maxSocketPath = 107
@@ -113,6 +124,7 @@ func ListenHolder(socket string) (net.Listener, error) {
 func (h *Holder) Serve(ctx context.Context, ln net.Listener) error {
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST "+holderStartPath, h.serveStart)
+	mux.HandleFunc("POST "+holderStopLeftPath, h.serveStopLeft)
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	go func() {
 		<-ctx.Done()
@@ -139,6 +151,59 @@ func (h *Holder) serveStart(w http.ResponseWriter, r *http.Request) {
 	if err := json.NewEncoder(w).Encode(ans); err != nil {
 		h.log.Warn("answering a start request failed", "name", req.Launch.Name, "error", err)
 	}
+}
+
+func (h *Holder) serveStopLeft(w http.ResponseWriter, r *http.Request) {
+	var req stopLeftRequest
+	if err := json.NewDecoder(io.LimitReader(r.Body, 1<<20)).Decode(&req); err != nil {
+		http.Error(w, "decoding the request: "+err.Error(), http.StatusBadRequest)
+		return
+	}
+	if req.Session == "" || !filepath.IsAbs(req.Dir) {
+		http.Error(w, "a stop request needs a session and an absolute directory", http.StatusBadRequest)
+		return
+	}
+	h.stopLeft(r.Context(), req.Session, req.Dir)
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// stopLeft stops the children that sessions before session left and whose
+// log file lies in dir (links resolved on both sides), and waits until
+// they are gone.
+func (h *Holder) stopLeft(ctx context.Context, session, dir string) {
+	dir = resolved(dir)
+	h.mu.Lock()
+	h.noteSessionLocked(session)
+	var left []*heldProc
+	for _, hp := range h.held {
+		if hp.session == session || hp.session == "" || hp.LogPath == "" || !within(resolved(filepath.Dir(hp.LogPath)), dir) {
+			continue
+		}
+		hp.session = ""
+		left = append(left, hp)
+	}
+	h.mu.Unlock()
+	var wg sync.WaitGroup
+	for _, hp := range left {
+		h.log.Info("stopping a process left in a directory its supervisor let go", "pid", hp.pid, "name", hp.Name, "dir", dir)
+		wg.Go(func() { hp.stop(ctx, h.log) })
+	}
+	wg.Wait()
+}
+
+// resolved is path with its links resolved, or path itself when it
+// cannot be (gone).
+func resolved(path string) string {
+	if r, err := filepath.EvalSymlinks(path); err == nil {
+		return r
+	}
+	return filepath.Clean(path)
+}
+
+// within reports whether path is dir or lies below it.
+func within(path, dir string) bool {
+	rel, err := filepath.Rel(dir, path)
+	return err == nil && rel != ".." && !strings.HasPrefix(rel, ".."+string(filepath.Separator))
 }
 
 // start hands over the child of an earlier session in l's slot that runs

@@ -30,7 +30,7 @@ func heldHelper() int {
 	}
 	g := NewGroup(slog.New(slog.NewTextHandler(os.Stderr, nil)))
 	g.HoldIn(NewHolderClient(req.Socket))
-	p, err := g.Start(context.Background(), Spec{Name: req.Name, Slot: req.Slot, Path: req.Path, Args: req.Args, Env: req.Env, GracePeriod: time.Second})
+	p, err := g.Start(context.Background(), Spec{Name: req.Name, Slot: req.Slot, Path: req.Path, Args: req.Args, Env: req.Env, LogPath: req.LogPath, GracePeriod: time.Second})
 	if err == nil {
 		ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
 		err = p.WaitReady(ctx)
@@ -41,15 +41,15 @@ func heldHelper() int {
 
 // heldRequest is what heldHelper starts (a Spec has functions).
 type heldRequest struct {
-	Socket, Name, Slot, Path string
-	Args, Env                []string
+	Socket, Name, Slot, Path, LogPath string
+	Args, Env                         []string
 }
 
 // runHeld starts a helper supervisor that has the holder on socket start
 // spec, returns the child's pid and kills the helper (SIGKILL, as a crash).
 func runHeld(t *testing.T, socket string, spec Spec) int {
 	t.Helper()
-	env, err := json.Marshal(heldRequest{Socket: socket, Name: spec.Name, Slot: spec.Slot, Path: spec.Path, Args: spec.Args, Env: spec.Env})
+	env, err := json.Marshal(heldRequest{Socket: socket, Name: spec.Name, Slot: spec.Slot, Path: spec.Path, Args: spec.Args, Env: spec.Env, LogPath: spec.LogPath})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -151,6 +151,62 @@ func TestHolderKeepsChildrenAcrossSupervisors(t *testing.T) {
 	h.StopAll(ctxTimeout(t))
 	if !gone(other) {
 		t.Error("StopAll left a child running")
+	}
+}
+
+// A new supervisor stops, by directory, the children an earlier one left
+// and it will not take over (a cluster deleted right after a manager's
+// restart): those logging into the directory, through a link too, and
+// none of its own or of another directory.
+func TestStopLeftIn(t *testing.T) {
+	_, socket := startHolder(t, time.Minute)
+	base := t.TempDir()
+	a, b := filepath.Join(base, "ns", "a"), filepath.Join(base, "ns", "b")
+	for _, d := range []string{a, b, filepath.Join(base, "ns", "ab"), filepath.Join(base, ".standby")} {
+		if err := os.MkdirAll(filepath.Join(d, "logs"), 0o700); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A standby plane adopted by b: its old place is a link to b.
+	if err := os.Symlink(b, filepath.Join(base, ".standby", "x")); err != nil {
+		t.Fatal(err)
+	}
+	held := func(name, logDir string) int {
+		pid := runHeld(t, socket, Spec{Name: name, Slot: name, Path: "sleep", Args: []string{"1000"}, LogPath: filepath.Join(logDir, "logs", "c.log")})
+		killOnCleanup(t, pid)
+		return pid
+	}
+	inA := held("ns/a/etcd", a)
+	inB := held("ns/b/etcd", b)
+	viaLink := held(".standby/x/plane", filepath.Join(base, ".standby", "x"))
+	beside := held("ns/ab/etcd", filepath.Join(base, "ns", "ab"))
+
+	g := NewGroup(nil)
+	g.HoldIn(NewHolderClient(socket))
+	own, err := g.Start(ctxTimeout(t), Spec{Name: "ns/b/new", Path: "sleep", Args: []string{"1000"}, LogPath: filepath.Join(b, "logs", "new.log"), GracePeriod: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = g.StopAll(ctxTimeout(t)) })
+
+	if err := g.StopLeftIn(ctxTimeout(t), b); err != nil {
+		t.Fatal(err)
+	}
+	for what, pid := range map[string]int{"left in b": inB, "left in b through a link": viaLink} {
+		if !gone(pid) {
+			t.Errorf("the child %s (%d) still runs", what, pid)
+		}
+	}
+	for what, pid := range map[string]int{"left in a": inA, "left in ab": beside, "the group's own in b": own.Pid()} {
+		if gone(pid) {
+			t.Errorf("the child %s (%d) was stopped", what, pid)
+		}
+	}
+	if err := g.StopLeftIn(ctxTimeout(t), a); err != nil {
+		t.Fatal(err)
+	}
+	if !gone(inA) || gone(beside) {
+		t.Errorf("after stopping what was left in a: a's child gone %v (want true), ab's gone %v (want false)", gone(inA), gone(beside))
 	}
 }
 

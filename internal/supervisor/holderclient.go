@@ -44,34 +44,50 @@ func NewHolderClient(socket string) *HolderClient {
 // start has the holder start l, or hand over the child an earlier session
 // left running with l's command (adopted).
 func (c *HolderClient) start(ctx context.Context, l launch) (child, bool, error) {
-	body, err := json.Marshal(startRequest{Session: c.session, Launch: l})
-	if err != nil {
-		return nil, false, err
-	}
 	// A start may first wait for children left in the slot to stop.
 	ctx, cancel := context.WithTimeout(ctx, time.Minute+time.Duration(l.GraceSeconds*float64(time.Second)))
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://holder"+holderStartPath, bytes.NewReader(body))
+	data, err := c.post(ctx, holderStartPath, startRequest{Session: c.session, Launch: l})
 	if err != nil {
 		return nil, false, err
-	}
-	resp, err := c.http.Do(req)
-	if err != nil {
-		return nil, false, fmt.Errorf("asking the process holder (%s): %w", c.socket, err)
-	}
-	defer resp.Body.Close()
-	data, err := io.ReadAll(io.LimitReader(resp.Body, 1<<16))
-	if err != nil {
-		return nil, false, fmt.Errorf("asking the process holder: %w", err)
-	}
-	if resp.StatusCode != http.StatusOK {
-		return nil, false, fmt.Errorf("the process holder: %s", strings.TrimSpace(string(data)))
 	}
 	var ans startAnswer
 	if err := json.Unmarshal(data, &ans); err != nil {
 		return nil, false, fmt.Errorf("the process holder's answer: %w", err)
 	}
 	return watch(ans.PID, ans.StartTime), ans.Adopted, nil
+}
+
+// stopLeft has the holder stop the children earlier sessions left whose
+// log file lies in dir, and returns once they are gone.
+func (c *HolderClient) stopLeft(ctx context.Context, dir string) error {
+	_, err := c.post(ctx, holderStopLeftPath, stopLeftRequest{Session: c.session, Dir: dir})
+	return err
+}
+
+// post sends req to the holder's path and returns the answer's body.
+func (c *HolderClient) post(ctx context.Context, path string, req any) ([]byte, error) {
+	body, err := json.Marshal(req)
+	if err != nil {
+		return nil, err
+	}
+	hreq, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://holder"+path, bytes.NewReader(body))
+	if err != nil {
+		return nil, err
+	}
+	resp, err := c.http.Do(hreq)
+	if err != nil {
+		return nil, fmt.Errorf("asking the process holder (%s): %w", c.socket, err)
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(io.LimitReader(resp.Body, 1<<16))
+	if err != nil {
+		return nil, fmt.Errorf("asking the process holder: %w", err)
+	}
+	if resp.StatusCode/100 != 2 {
+		return nil, fmt.Errorf("the process holder: %s", strings.TrimSpace(string(data)))
+	}
+	return data, nil
 }
 
 // heldChild is a child the holder started: not this process's to wait

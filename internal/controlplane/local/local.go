@@ -409,6 +409,15 @@ func (r *Runtime) stopLocked(ctx context.Context, key string) error {
 			errs = append(errs, fmt.Errorf("stopping %s: %w", name, err))
 		}
 	}
+	// Those an fke-manager before this one left running in the process
+	// holder, and this one has not taken over yet (a cluster deleted
+	// right after a restart). Not those of a standby plane adopted away:
+	// they are its adopter's.
+	if !r.adoptedAway(key) {
+		if err := r.group.StopLeftIn(ctx, r.DataDir(key)); err != nil {
+			errs = append(errs, err)
+		}
+	}
 	delete(r.running, key)
 	delete(r.procs, key)
 	return errors.Join(errs...)
