@@ -136,10 +136,18 @@ func (h *Holder) Serve(ctx context.Context, ln net.Listener) error {
 	return nil
 }
 
+// decode reads r's JSON body into v, or answers 400 and returns false.
+func decode(w http.ResponseWriter, r *http.Request, v any) bool {
+	if err := json.NewDecoder(io.LimitReader(r.Body, 1<<20)).Decode(v); err != nil {
+		http.Error(w, "decoding the request: "+err.Error(), http.StatusBadRequest)
+		return false
+	}
+	return true
+}
+
 func (h *Holder) serveStart(w http.ResponseWriter, r *http.Request) {
 	var req startRequest
-	if err := json.NewDecoder(io.LimitReader(r.Body, 1<<20)).Decode(&req); err != nil {
-		http.Error(w, "decoding the request: "+err.Error(), http.StatusBadRequest)
+	if !decode(w, r, &req) {
 		return
 	}
 	ans, err := h.start(r.Context(), req.Session, req.Launch)
@@ -155,8 +163,7 @@ func (h *Holder) serveStart(w http.ResponseWriter, r *http.Request) {
 
 func (h *Holder) serveStopLeft(w http.ResponseWriter, r *http.Request) {
 	var req stopLeftRequest
-	if err := json.NewDecoder(io.LimitReader(r.Body, 1<<20)).Decode(&req); err != nil {
-		http.Error(w, "decoding the request: "+err.Error(), http.StatusBadRequest)
+	if !decode(w, r, &req) {
 		return
 	}
 	if req.Session == "" || !filepath.IsAbs(req.Dir) {
@@ -183,9 +190,16 @@ func (h *Holder) stopLeft(ctx context.Context, session, dir string) {
 		left = append(left, hp)
 	}
 	h.mu.Unlock()
-	var wg sync.WaitGroup
 	for _, hp := range left {
 		h.log.Info("stopping a process left in a directory its supervisor let go", "pid", hp.pid, "name", hp.Name, "dir", dir)
+	}
+	h.stopEach(ctx, left)
+}
+
+// stopEach stops procs at once and waits until they are gone.
+func (h *Holder) stopEach(ctx context.Context, procs []*heldProc) {
+	var wg sync.WaitGroup
+	for _, hp := range procs {
 		wg.Go(func() { hp.stop(ctx, h.log) })
 	}
 	wg.Wait()
@@ -317,11 +331,7 @@ func (h *Holder) StopAll(ctx context.Context) {
 		all = append(all, hp)
 	}
 	h.mu.Unlock()
-	var wg sync.WaitGroup
-	for _, hp := range all {
-		wg.Go(func() { hp.stop(ctx, h.log) })
-	}
-	wg.Wait()
+	h.stopEach(ctx, all)
 }
 
 // alive reports whether the child runs: not reaped and not a zombie.
