@@ -79,7 +79,14 @@ until [ "$(k -n model-serving get deployment model-server -o jsonpath='{.status.
   sleep 2
 done
 echo "$(k -n model-serving get deployment model-server -o jsonpath='{.status.availableReplicas}') replicas available after $((SECONDS - start))s (HPA syncs every 15 s)"
-gpu_nodes "$(k -n model-serving get deployment model-server -o jsonpath='{.status.availableReplicas}')" 60
+replicas=$(k -n model-serving get deployment model-server -o jsonpath='{.status.availableReplicas}')
+gpu_nodes "$replicas" 60
+# The table below is the HPA's view once its next sync has seen the new replicas.
+start=$SECONDS
+until [ "$(k -n model-serving get hpa model-server -o jsonpath='{.status.currentReplicas}' 2>/dev/null)" = "$replicas" ]; do
+  [ $((SECONDS - start)) -lt 60 ] || { echo "the HPA did not see $replicas replicas within 60s" >&2; exit 1; }
+  sleep 1
+done
 k -n model-serving get hpa model-server
 
 step "Load drops to 0.5 GPUs: back to 2 replicas, and the GPU pool back to 2 nodes"
