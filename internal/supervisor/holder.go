@@ -217,7 +217,7 @@ func resolved(path string) string {
 // within reports whether path is dir or lies below it.
 func within(path, dir string) bool {
 	rel, err := filepath.Rel(dir, path)
-	return err == nil && rel != ".." && !strings.HasPrefix(rel, ".."+string(filepath.Separator))
+	return err == nil && filepath.IsLocal(rel)
 }
 
 // start hands over the child of an earlier session in l's slot that runs

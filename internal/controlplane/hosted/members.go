@@ -106,16 +106,11 @@ func replaceMember(ctx context.Context, cl clientv3.Cluster, peerURL string) err
 }
 
 func replaceMemberOnce(ctx context.Context, cl clientv3.Cluster, peerURL string) error {
-	call := func(f func(context.Context) error) error {
-		ctx, cancel := context.WithTimeout(ctx, memberCallTimeout)
-		defer cancel()
-		return f(ctx)
-	}
-	var list *clientv3.MemberListResponse
-	if err := call(func(ctx context.Context) (err error) {
-		list, err = cl.MemberList(ctx)
-		return err
-	}); err != nil {
+	bounded := func() (context.Context, context.CancelFunc) { return context.WithTimeout(ctx, memberCallTimeout) }
+	callCtx, cancel := bounded()
+	list, err := cl.MemberList(callCtx)
+	cancel()
+	if err != nil {
 		return fmt.Errorf("listing the members: %w", err)
 	}
 	for _, m := range list.Members {
@@ -125,19 +120,18 @@ func replaceMemberOnce(ctx context.Context, cl clientv3.Cluster, peerURL string)
 		if m.Name == "" {
 			return nil // added, waiting for its pod to start
 		}
-		if err := call(func(ctx context.Context) error {
-			_, err := cl.MemberRemove(ctx, m.ID)
-			return err
-		}); err != nil && !errors.Is(err, rpctypes.ErrMemberNotFound) {
+		callCtx, cancel := bounded()
+		_, err := cl.MemberRemove(callCtx, m.ID)
+		cancel()
+		if err != nil && !errors.Is(err, rpctypes.ErrMemberNotFound) {
 			return fmt.Errorf("removing member %s (%x): %w", m.Name, m.ID, err)
 		}
 	}
-	if err := call(func(ctx context.Context) error {
-		_, err := cl.MemberAdd(ctx, []string{peerURL})
-		return err
-	}); err != nil && !errors.Is(err, rpctypes.ErrPeerURLExist) {
-		// ErrPeerURLExist: an add whose call ran out of time was made
-		// after all.
+	callCtx, cancel = bounded()
+	_, err = cl.MemberAdd(callCtx, []string{peerURL})
+	cancel()
+	// ErrPeerURLExist: an add whose call ran out of time was made after all.
+	if err != nil && !errors.Is(err, rpctypes.ErrPeerURLExist) {
 		return fmt.Errorf("adding a member at %s: %w", peerURL, err)
 	}
 	return nil
