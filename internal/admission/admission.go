@@ -1,11 +1,12 @@
 // Package admission is fke-manager's validating admission webhook for the
 // fke.dev kinds: the checks the CRD schema's CEL rules cannot make, because
 // they need other objects (the pool's cluster and instance type, the
-// cluster's other pools), what this installation runs (node providers,
-// Kubernetes versions), or cost more than CEL allows (per-item regular
-// expressions on unbounded strings). The rules are pure functions (labels.go,
-// room.go, versions); the handlers read what they need and deny with a
-// message that says what to fix.
+// cluster's other pools, other clusters with local nodes), what this
+// installation runs (node providers, Kubernetes versions), or cost more
+// than CEL allows (per-item regular expressions on unbounded strings). The
+// rules are pure functions (labels.go, room.go, localranges.go, versions);
+// the handlers read what they need and deny with a message that says what
+// to fix.
 package admission
 
 import (
@@ -62,7 +63,18 @@ func (v *Validator) ClusterHandler() ctrladmission.Handler {
 				return ctrladmission.Errored(http.StatusBadRequest, err)
 			}
 		}
-		return respond(CheckCluster(cl, old))
+		msgs := CheckCluster(cl, old)
+		if old != nil && old.Spec.Network.PodCIDR == "" && cl.Spec.Network.PodCIDR != "" {
+			// The pod range of a cluster that may have local pools is chosen now.
+			msg, err := v.checkLocalPodRange(ctx, cl, nil)
+			if err != nil {
+				return ctrladmission.Errored(http.StatusInternalServerError, err)
+			}
+			if msg != "" {
+				msgs = append(msgs, "spec.network.podCIDR: "+msg)
+			}
+		}
+		return respond(msgs)
 	})
 }
 
@@ -189,6 +201,15 @@ func (v *Validator) checkNodePool(ctx context.Context, np, old *fkev1.NodePool) 
 	}
 	if old == nil && !cl.DeletionTimestamp.IsZero() {
 		msgs = append(msgs, fmt.Sprintf("spec.clusterName: cluster %q is being deleted: node pools cannot be added to it", cl.Name))
+	}
+	if old == nil && np.Spec.Provider == fkev1.ProviderLocal {
+		msg, err := v.checkLocalPodRange(ctx, cl, np)
+		if err != nil {
+			return nil, err
+		}
+		if msg != "" {
+			msgs = append(msgs, "spec.provider: "+msg)
+		}
 	}
 	// Only a pool that may grow is checked for room (the autoscaler resizes
 	// within maxSize without a check).

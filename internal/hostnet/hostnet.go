@@ -22,6 +22,8 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+
+	"fke.dev/fke/internal/netrange"
 )
 
 // Addresses and names of the host network.
@@ -49,7 +51,7 @@ const (
 
 var (
 	// NodeRange holds the gateway and every node address.
-	NodeRange = netip.MustParsePrefix("172.29.0.0/16")
+	NodeRange = netrange.LocalNodes
 	// Gateway is the host's address on the bridge: nodes reach exposed
 	// host services and each other's pod ranges through it.
 	Gateway = netip.MustParseAddr("172.29.0.1")

@@ -27,11 +27,15 @@ var PodPool = netip.MustParsePrefix("10.0.0.0/8")
 // firstPodBlock is the block the search starts at.
 var firstPodBlock = netip.MustParsePrefix("10.112.0.0/14")
 
+// LocalNodes holds the addresses of local nodes on this host: the host
+// bridge's gateway and one address per node.
+var LocalNodes = netip.MustParsePrefix("172.29.0.0/16")
+
 // Reserved are ranges no pod range may overlap: the default service range
 // and the local-node range of the host bridge.
 var Reserved = []netip.Prefix{
 	netip.MustParsePrefix("10.96.0.0/16"),
-	netip.MustParsePrefix("172.29.0.0/16"),
+	LocalNodes,
 }
 
 // Overlaps reports whether a and b share an address.
@@ -53,6 +57,45 @@ func PickPodCIDR(avoid []netip.Prefix) (netip.Prefix, error) {
 	}
 	return netip.Prefix{}, fmt.Errorf("no free /%d pod range left in %s: every block overlaps a host route or another cluster; "+
 		"set spec.network.podCIDR (fke cluster create --pod-cidr) to a range of your own", PodBlockBits, PodPool)
+}
+
+// LocalCluster is a cluster whose pod range the host routes to its local
+// nodes.
+type LocalCluster struct {
+	// Key names the cluster: namespace/name.
+	Key string
+	// PodCIDR is the cluster's pod range.
+	PodCIDR netip.Prefix
+}
+
+// CheckLocalPodRange returns why cluster's pod range cannot be routed to
+// local nodes on this host beside others, the clusters that use local nodes
+// already: it overlaps LocalNodes, or the pod range of one of others (the
+// host would route the same addresses to the nodes of both). Entries of
+// others with cluster's key are cluster itself and skipped; nil when the
+// range is free (an invalid range overlaps nothing: callers check that
+// a range is set). Pure: the local node provider checks a cluster before it
+// makes a node, the admission webhook when a local node pool is created.
+func CheckLocalPodRange(cluster LocalCluster, others []LocalCluster) error {
+	mine := cluster.PodCIDR.Masked()
+	var overlaps []string
+	if mine.Overlaps(LocalNodes) {
+		overlaps = append(overlaps, fmt.Sprintf("%s, the addresses of local nodes on this host", LocalNodes))
+	}
+	seen := map[LocalCluster]bool{}
+	for _, o := range others {
+		o.PodCIDR = o.PodCIDR.Masked()
+		if o.Key == cluster.Key || seen[o] || !o.PodCIDR.Overlaps(mine) {
+			continue
+		}
+		seen[o] = true
+		overlaps = append(overlaps, fmt.Sprintf("pod range %s of cluster %s, which uses local nodes", o.PodCIDR, o.Key))
+	}
+	if len(overlaps) == 0 {
+		return nil
+	}
+	return fmt.Errorf("cluster %s's pod range %s overlaps %s: create the cluster with a pod range of its own (spec.network.podCIDR, `fke cluster create --pod-cidr`)",
+		cluster.Key, mine, strings.Join(overlaps, " and "))
 }
 
 func overlapsAny(p netip.Prefix, set []netip.Prefix) bool {

@@ -69,3 +69,52 @@ fke0	00001DAC	00000000	0001	0	0	0	0000FFFF	0	0	0
 		t.Fatalf("reading this host's routes: %v", err)
 	}
 }
+
+func TestCheckLocalPodRange(t *testing.T) {
+	local := func(key, cidr string) LocalCluster {
+		return LocalCluster{Key: key, PodCIDR: netip.MustParsePrefix(cidr)}
+	}
+	b := local("team/b", "10.112.0.0/12")
+	tests := []struct {
+		name    string
+		cluster LocalCluster
+		others  []LocalCluster
+		want    []string // substrings of the error; none: accepted
+	}{
+		{"first cluster with local nodes", local("default/a", "10.112.0.0/14"), nil, nil},
+		{"disjoint", local("default/a", "10.128.0.0/14"), []LocalCluster{b}, nil},
+		{"inside another's range", local("default/a", "10.112.0.0/16"), []LocalCluster{b},
+			[]string{"cluster default/a's pod range 10.112.0.0/16 overlaps pod range 10.112.0.0/12 of cluster team/b, which uses local nodes",
+				"create the cluster with a pod range of its own (spec.network.podCIDR, `fke cluster create --pod-cidr`)"}},
+		{"holding another's range", local("default/a", "10.0.0.0/8"), []LocalCluster{b}, []string{"10.0.0.0/8 overlaps pod range 10.112.0.0/12 of cluster team/b"}},
+		{"itself", local("team/b", "10.112.0.0/12"), []LocalCluster{b, b}, nil},
+		{"the same cluster twice is named once", local("default/a", "10.112.0.0/16"), []LocalCluster{b, b, local("team/c", "10.0.0.0/9")},
+			[]string{"overlaps pod range 10.112.0.0/12 of cluster team/b, which uses local nodes and pod range 10.0.0.0/9 of cluster team/c, which uses local nodes:"}},
+		{"the local node addresses", local("default/a", "172.16.0.0/12"), nil,
+			[]string{"cluster default/a's pod range 172.16.0.0/12 overlaps 172.29.0.0/16, the addresses of local nodes on this host"}},
+		{"unmasked ranges", local("default/a", "10.112.5.0/16"), []LocalCluster{local("team/b", "10.112.9.9/20")}, []string{"10.112.0.0/16 overlaps pod range 10.112.0.0/20"}},
+		{"no range yet", LocalCluster{Key: "default/a"}, []LocalCluster{b}, nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := CheckLocalPodRange(tt.cluster, tt.others)
+			if len(tt.want) == 0 {
+				if err != nil {
+					t.Fatalf("refused: %v", err)
+				}
+				return
+			}
+			if err == nil {
+				t.Fatalf("accepted, want %q", tt.want)
+			}
+			for _, w := range tt.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q lacks %q", err, w)
+				}
+			}
+			if n := strings.Count(err.Error(), "team/b"); n > 1 {
+				t.Errorf("cluster team/b named %d times: %v", n, err)
+			}
+		})
+	}
+}

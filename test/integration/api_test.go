@@ -184,15 +184,21 @@ func TestAPIRejectsBadObjects(t *testing.T) {
 	}
 
 	// The provider must be one this manager runs (`local` is refused until
-	// the manager registers it).
-	t.Run("provider not available", func(t *testing.T) {
+	// the manager registers it). Where it runs, a local pool is refused on
+	// a cluster whose pod range overlaps that of a cluster with local pools.
+	t.Run("local pools: the provider must be available, the pod range free", func(t *testing.T) {
 		np := pool(func(p *fkev1.NodePool) {
-			p.Name, p.Spec.PoolName, p.Spec.Provider = "demo.local", "local", fkev1.ProviderLocal
+			p.Name, p.Spec.PoolName, p.Spec.Provider, p.Spec.Replicas = "demo.local", "local", fkev1.ProviderLocal, ptr.To[int32](0)
 		})
 		err := c.Create(ctx, np)
 		if err == nil {
-			_ = c.Delete(ctx, np)
-			t.Skip("this fke-manager runs the local provider")
+			defer func() {
+				if err := c.Delete(ctx, np); err != nil {
+					t.Error(err)
+				}
+			}()
+			testLocalPoolOverlap(t, c)
+			return
 		}
 		if want := `node provider "local" is not available in this installation; available providers: kwok`; !strings.Contains(err.Error(), want) {
 			t.Fatalf("error %q does not contain %q", err, want)
@@ -281,6 +287,38 @@ func TestAPIRejectsBadObjects(t *testing.T) {
 	}
 	if err := c.Get(ctx, client.ObjectKeyFromObject(cl), cl); err != nil || cl.Spec.Version != "v1.37.2" {
 		t.Fatalf("a refused version change was stored: %q, %v", cl.Spec.Version, err)
+	}
+}
+
+// testLocalPoolOverlap: with a local pool on cluster demo (pod range
+// 10.112.0.0/20), a local pool on a cluster whose pod range overlaps it is
+// refused when it is created, naming both clusters and both ranges; a kwok
+// pool there is not.
+func testLocalPoolOverlap(t *testing.T, c client.Client) {
+	ctx := t.Context()
+	cl := &fkev1.Cluster{ObjectMeta: meta("overlap")}
+	cl.Spec.Network.PodCIDR = "10.112.0.0/16"
+	if err := c.Create(ctx, cl); err != nil {
+		t.Fatalf("creating cluster overlap: %v", err)
+	}
+	defer func() {
+		if err := c.Delete(ctx, cl); err != nil {
+			t.Error(err)
+		}
+	}()
+	np := &fkev1.NodePool{ObjectMeta: meta("overlap.cpu"), Spec: fkev1.NodePoolSpec{
+		ClusterName: "overlap", PoolName: "cpu", InstanceType: "cpu-small", Provider: fkev1.ProviderLocal, Replicas: ptr.To[int32](1)}}
+	err := c.Create(ctx, np)
+	want := "cluster default/overlap's pod range 10.112.0.0/16 overlaps pod range 10.112.0.0/20 of cluster default/demo, which uses local nodes"
+	if err == nil || !strings.Contains(err.Error(), want) {
+		t.Fatalf("creating a local pool on an overlapping cluster: got %v, want %q", err, want)
+	}
+	np.Spec.Provider, np.Spec.Replicas = fkev1.ProviderKwok, ptr.To[int32](0)
+	if err := c.Create(ctx, np); err != nil {
+		t.Fatalf("creating a kwok pool on an overlapping cluster: %v", err)
+	}
+	if err := c.Delete(ctx, np); err != nil {
+		t.Error(err)
 	}
 }
 

@@ -39,6 +39,7 @@ import (
 	"fke.dev/fke/internal/binaries"
 	"fke.dev/fke/internal/hostnet"
 	"fke.dev/fke/internal/image"
+	"fke.dev/fke/internal/netrange"
 	"fke.dev/fke/internal/nodeprovider"
 	"fke.dev/fke/internal/supervisor"
 )
@@ -324,24 +325,25 @@ func (p *Provider) ensureClusterDNS(ctx context.Context, cluster nodeprovider.Cl
 	return addons.EnsureCoreDNS(ctx, c, addons.DNSOptions{Image: image.CoreDNS.Ref(p.opts.Registry), ServiceCIDR: cluster.ServiceCIDR})
 }
 
-// checkPodCIDR refuses a cluster whose pod range overlaps that of another
-// cluster with local nodes: their routes on the host would collide.
+// checkPodCIDR refuses a cluster whose pod range the host cannot route to
+// its local nodes: one overlapping the node addresses or the pod range of
+// another cluster with local nodes (netrange.CheckLocalPodRange, the check
+// the admission webhook makes when a local pool is created).
 func checkPodCIDR(cluster nodeprovider.Cluster, all []record) error {
 	mine, err := netip.ParsePrefix(cluster.PodCIDR)
 	if err != nil {
 		return fmt.Errorf("cluster %s has no valid pod range (%q): set spec.network.podCIDR", cluster.Key, cluster.PodCIDR)
 	}
+	var others []netrange.LocalCluster
 	for _, r := range all {
 		if r.ClusterKey == cluster.Key || (cluster.Join != nil && r.Config.Server == cluster.Join.Server) {
 			continue // the same cluster (a node joined with fke node join has its own key)
 		}
-		other, err := netip.ParsePrefix(r.PodCIDR)
-		if err == nil && other.Overlaps(mine) {
-			return fmt.Errorf("cluster %s's pod range %s overlaps %s of cluster %s, which has local nodes: create the cluster with a pod range of its own (spec.network.podCIDR)",
-				cluster.Key, mine, other, r.ClusterKey)
+		if p, err := netip.ParsePrefix(r.PodCIDR); err == nil {
+			others = append(others, netrange.LocalCluster{Key: r.ClusterKey, PodCIDR: p})
 		}
 	}
-	return nil
+	return netrange.CheckLocalPodRange(netrange.LocalCluster{Key: cluster.Key, PodCIDR: mine}, others)
 }
 
 // nodeConfig computes the configuration of a new node.
