@@ -304,12 +304,16 @@ func startAnchor(b *testing.B, e *testenv.Env, cs kubernetes.Interface, registry
 		b.Fatal(err)
 	}
 	kubelet = append(kubelet, []byte("makeIPTablesUtilChains: false\n")...)
+	containerd := local.ContainerdSpec{PauseImage: image.Pause.Ref(registry), Registry: registry}
 	files := map[string][]byte{
-		l.ContainerdConfig():  []byte(local.ContainerdConfig(l, local.ContainerdSpec{PauseImage: image.Pause.Ref(registry), Registry: registry})),
+		l.ContainerdConfig():  []byte(local.ContainerdConfig(l, containerd)),
 		l.KubeletConfig():     kubelet,
 		l.KubeletKubeconfig(): []byte(e.MustRun("kubeconfig", "demo")),
 		l.CA():                e.TenantConfig("demo").CAData,
 		filepath.Join(l.CNIConf(), "10-fke.conflist"): cni,
+	}
+	for name, hosts := range local.RegistryHosts(containerd) {
+		files[filepath.Join(l.ContainerdHosts(), name, "hosts.toml")] = []byte(hosts)
 	}
 	for p, data := range files {
 		if err := os.MkdirAll(filepath.Dir(p), 0o750); err != nil {

@@ -99,8 +99,8 @@ if fke doctor >/dev/null 2>&1; then
   step "Real nodes: a local GPU pool at 0 (kubelet + containerd on this machine; simulated H100s without a driver)"
   fke --data-dir "$data" nodepool create demo/h100 --provider local --instance-type gpu-h100x8 \
     --min 0 --max 1 --scale-down-unneeded-time 20s
-  # Nodes pull from fke's registry at the host bridge's address.
-  img=$(fke --data-dir "$data" image list | awk '/fke\/demo-server/ {print $1; exit}' | sed 's#^127\.0\.0\.1#172.29.0.1#')
+  # The name fke image list prints is the one pods use.
+  img=$(fke --data-dir "$data" image list | awk '/fke\/demo-server/ {print $1; exit}')
   k run infer --image "$img" --restart Never --overrides '{"apiVersion":"v1","spec":{"nodeSelector":{"fke.dev/nodepool":"h100"},
     "containers":[{"name":"infer","image":"'"$img"'","resources":{"limits":{"nvidia.com/gpu":"2"}}}]}}'
   start=$SECONDS

@@ -16,7 +16,7 @@ import (
 func newImageCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "image",
-		Short: "Push images to fke's registry and list them (pods name them <registry>/<name>:<tag>)",
+		Short: "Push images to fke's registry and list them (by the names pods use, on this host and on local nodes)",
 	}
 	cmd.AddCommand(newImagePushCmd(g), newImagePushManagerCmd(g), newImagePushControlPlaneCmd(g), newImageListCmd(g))
 	return cmd
@@ -179,7 +179,7 @@ func newImageListCmd(g *globals) *cobra.Command {
 	return &cobra.Command{
 		Use:     "list",
 		Aliases: []string{"ls"},
-		Short:   "List the images in fke's registry",
+		Short:   "List the images in fke's registry, by the names pods use",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			reg, err := g.registry()

@@ -6,10 +6,20 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
+	"fke.dev/fke/test/testenv"
 )
 
 // appSource is the one program of the test images: the sandbox ("pause"),
@@ -150,4 +160,62 @@ func writeArchive(t *testing.T, dir, file, ref string, bin []byte, entrypoint []
 		t.Fatal(err)
 	}
 	return path
+}
+
+// testPushedNameRuns: `fke image push` of archive (the app image) prints a
+// name; a pod on node runs that exact name, which its kubelet pulls from
+// fke's registry (pull policy Always: the name is resolved there even
+// where the node holds the same image under another name), and `fke image
+// list` shows the same name. The name is the host's (the registry's
+// loopback address): the node's containerd maps it to the bridge.
+func testPushedNameRuns(t *testing.T, e *testenv.Env, cs kubernetes.Interface, node, archive string) {
+	out := e.MustRun("image", "push", archive, "--name", "team/pushed:v1")
+	var ref string
+	for _, line := range strings.Split(out, "\n") {
+		if f := strings.Fields(line); len(f) >= 2 && f[0] == "pushed" {
+			ref = f[1]
+		}
+	}
+	if reg := e.State().Registry; ref != reg+"/team/pushed:v1" {
+		t.Fatalf("fke image push printed %q, want the name in the registry %s:\n%s", ref, reg, out)
+	}
+	if list := e.MustRun("image", "list"); !strings.Contains(list, ref+" ") {
+		t.Errorf("fke image list lacks %s:\n%s", ref, list)
+	}
+	start := time.Now()
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "pushed"},
+		Spec: corev1.PodSpec{
+			NodeName:      node,
+			RestartPolicy: corev1.RestartPolicyNever,
+			Containers: []corev1.Container{{
+				Name: "app", Image: ref, ImagePullPolicy: corev1.PullAlways, Args: []string{"serve"},
+			}},
+		},
+	}
+	if _, err := cs.CoreV1().Pods("default").Create(t.Context(), pod, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	var ip string
+	testenv.Eventually(t, 2*time.Minute, "pod pushed running with "+ref, func() error {
+		p, err := cs.CoreV1().Pods("default").Get(t.Context(), pod.Name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if p.Status.Phase == corev1.PodFailed {
+			t.Fatalf("pod pushed failed: %v", p.Status.ContainerStatuses)
+		}
+		if p.Status.Phase != corev1.PodRunning || p.Status.PodIP == "" {
+			return fmt.Errorf("phase %s: %v", p.Status.Phase, p.Status.ContainerStatuses)
+		}
+		ip = p.Status.PodIP
+		return nil
+	})
+	t.Logf("FIGURE pod with the pushed name -> Running: %s", time.Since(start).Round(10*time.Millisecond))
+	if body := httpGet(t, "http://"+net.JoinHostPort(ip, "8080")+"/"); !strings.Contains(body, "hello from pushed") {
+		t.Errorf("the pod from %s answers %q", ref, body)
+	}
+	if err := cs.CoreV1().Pods("default").Delete(t.Context(), pod.Name, metav1.DeleteOptions{}); err != nil {
+		t.Error(err)
+	}
 }

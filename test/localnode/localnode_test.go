@@ -189,6 +189,9 @@ func TestLocalNodes(t *testing.T) {
 			return nil
 		})
 	})
+	t.Run("the image name fke image push prints runs in a pod", func(t *testing.T) {
+		testPushedNameRuns(t, e.For(t), cs, a.Name, images[1])
+	})
 	t.Run("the host reaches pods and NodePorts", func(t *testing.T) {
 		if body := httpGet(t, "http://"+net.JoinHostPort(server.Status.PodIP, "8080")+"/"); !strings.Contains(body, "hello from server") {
 			t.Errorf("pod IP from the host: %q", body)

@@ -3,6 +3,7 @@ package local
 import (
 	"encoding/json"
 	"fmt"
+	"net"
 	"net/netip"
 	"path/filepath"
 	"slices"
@@ -51,6 +52,10 @@ func (l Layout) Record() string { return l.path("node.json") }
 
 // ContainerdConfig is containerd's configuration.
 func (l Layout) ContainerdConfig() string { return l.path("containerd", "config.toml") }
+
+// ContainerdHosts is containerd's registry host directory (config_path):
+// <registry host:port>/hosts.toml for each name of fke's registry.
+func (l Layout) ContainerdHosts() string { return l.path("containerd", "certs.d") }
 
 // ContainerdRoot is containerd's root (images, snapshots).
 func (l Layout) ContainerdRoot() string { return l.path("containerd", "root") }
@@ -137,9 +142,50 @@ func (l Layout) BindMounts() [][2]string {
 // ContainerdSpec is what containerd's configuration depends on.
 type ContainerdSpec struct {
 	PauseImage string
-	// Registry, when set, is host:port of an insecure (HTTP) registry the
-	// node pulls from.
+	// Registry, when set, is host:port of fke's insecure (HTTP) registry as
+	// the node reaches it: its address on the node bridge, which the host
+	// forwards to the registry's loopback port (see RegistryNames).
 	Registry string
+}
+
+// RegistryNames returns the names a node pulls fke's registry by, all sent
+// to its bridge address reg (host:port): reg itself, and the loopback
+// names of the same port, which the host uses and `fke image push` and
+// `fke image list` print (inside a node loopback is the node's own, where
+// no registry listens). So one image name works on the host and in pods,
+// as kind's local registry does with containerd's hosts.toml.
+func RegistryNames(reg string) []string {
+	if reg == "" {
+		return nil
+	}
+	names := []string{reg}
+	if _, port, err := net.SplitHostPort(reg); err == nil && port != "" {
+		names = append(names, net.JoinHostPort("127.0.0.1", port), net.JoinHostPort("localhost", port))
+	}
+	return names
+}
+
+// RegistryHosts renders containerd's hosts.toml of each of the registry's
+// names (RegistryNames), by the name's directory under
+// Layout.ContainerdHosts: pulls go to the bridge address over plain HTTP.
+// Nil without a registry.
+func RegistryHosts(s ContainerdSpec) map[string]string {
+	names := RegistryNames(s.Registry)
+	if len(names) == 0 {
+		return nil
+	}
+	hosts := make(map[string]string, len(names))
+	for _, name := range names {
+		// containerd 1.6 refuses a hosts.toml without a host table.
+		hosts[name] = fmt.Sprintf(`# fke's registry: images named %s/... are pulled from its address on the
+# node bridge, over plain HTTP.
+server = %[2]q
+
+[host.%[2]q]
+  capabilities = ["pull", "resolve"]
+`, name, "http://"+s.Registry)
+	}
+	return hosts
 }
 
 // ContainerdConfig renders containerd's configuration (version 2).
@@ -169,9 +215,11 @@ oom_score = 0
       conf_dir = %q
 `, l.ContainerdRoot(), ContainerdStateDir, ContainerdSocket, l.ContainerdOpt(), s.PauseImage, CNIBinDir, CNIConfDir)
 	if s.Registry != "" {
-		fmt.Fprintf(&b, `    [plugins."io.containerd.grpc.v1.cri".registry.mirrors.%q]
-      endpoint = [%q]
-`, s.Registry, "http://"+s.Registry)
+		// The registry's names are mapped in hosts.toml files
+		// (RegistryHosts); containerd refuses mirrors beside config_path.
+		fmt.Fprintf(&b, `    [plugins."io.containerd.grpc.v1.cri".registry]
+      config_path = %q
+`, l.ContainerdHosts())
 	}
 	return b.String()
 }

@@ -1,13 +1,16 @@
 package local
 
 import (
+	"maps"
 	"net/netip"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 	"unicode"
 	"unicode/utf8"
 
+	"github.com/BurntSushi/toml"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/util/validation"
@@ -146,17 +149,73 @@ func TestPauseImage(t *testing.T) {
 	}
 }
 
-// The registry is trusted over plain HTTP: containerd pulls the sandbox
-// image from it.
+// The registry is trusted over plain HTTP by every name users see: its
+// bridge address, and the loopback names that `fke image push` prints,
+// each a hosts.toml under config_path that sends pulls to the bridge
+// address. Both files are TOML that containerd reads.
 func TestContainerdConfigTrustsRegistry(t *testing.T) {
-	cfg := ContainerdConfig(Layout{Dir: "/d"}, ContainerdSpec{PauseImage: "172.29.0.1:5000/fke/pause:1.0", Registry: "172.29.0.1:5000"})
-	for _, want := range []string{
-		`sandbox_image = "172.29.0.1:5000/fke/pause:1.0"`,
-		`[plugins."io.containerd.grpc.v1.cri".registry.mirrors."172.29.0.1:5000"]`,
-		`endpoint = ["http://172.29.0.1:5000"]`,
+	l := Layout{Dir: "/d"}
+	spec := ContainerdSpec{PauseImage: "172.29.0.1:5000/fke/pause:1.0", Registry: "172.29.0.1:5000"}
+	var cfg struct {
+		Plugins map[string]struct {
+			SandboxImage string `toml:"sandbox_image"`
+			Registry     struct {
+				ConfigPath string         `toml:"config_path"`
+				Mirrors    map[string]any `toml:"mirrors"`
+			} `toml:"registry"`
+		} `toml:"plugins"`
+	}
+	if _, err := toml.Decode(ContainerdConfig(l, spec), &cfg); err != nil {
+		t.Fatalf("containerd config: %v", err)
+	}
+	cri := cfg.Plugins["io.containerd.grpc.v1.cri"]
+	if cri.SandboxImage != spec.PauseImage || cri.Registry.ConfigPath != "/d/containerd/certs.d" || cri.Registry.Mirrors != nil {
+		t.Errorf("cri plugin: sandbox %q, config_path %q, mirrors %v", cri.SandboxImage, cri.Registry.ConfigPath, cri.Registry.Mirrors)
+	}
+
+	hosts := RegistryHosts(spec)
+	if got, want := slices.Sorted(maps.Keys(hosts)), []string{"127.0.0.1:5000", "172.29.0.1:5000", "localhost:5000"}; !slices.Equal(got, want) {
+		t.Fatalf("hosts.toml of %v, want %v", got, want)
+	}
+	for name, data := range hosts {
+		// containerd 1.6 refuses a file without a host table.
+		var h struct {
+			Server string `toml:"server"`
+			Host   map[string]struct {
+				Capabilities []string `toml:"capabilities"`
+			} `toml:"host"`
+		}
+		md, err := toml.Decode(data, &h)
+		if err != nil {
+			t.Fatalf("hosts.toml of %s: %v\n%s", name, err, data)
+		}
+		mirror, ok := h.Host["http://172.29.0.1:5000"]
+		if h.Server != "http://172.29.0.1:5000" || len(h.Host) != 1 || !ok || !slices.Equal(mirror.Capabilities, []string{"pull", "resolve"}) || len(md.Undecoded()) != 0 {
+			t.Errorf("hosts.toml of %s: server %q, hosts %v, other keys %v", name, h.Server, h.Host, md.Undecoded())
+		}
+	}
+
+	// Without a registry: containerd's defaults, no host directory.
+	cfg.Plugins = nil
+	if _, err := toml.Decode(ContainerdConfig(l, ContainerdSpec{PauseImage: DefaultPauseImage}), &cfg); err != nil {
+		t.Fatal(err)
+	}
+	if p := cfg.Plugins["io.containerd.grpc.v1.cri"].Registry.ConfigPath; p != "" || RegistryHosts(ContainerdSpec{}) != nil {
+		t.Errorf("a node without a registry has registry hosts (config_path %q)", p)
+	}
+}
+
+func TestRegistryNames(t *testing.T) {
+	for _, c := range []struct {
+		reg  string
+		want []string
+	}{
+		{"172.29.0.1:5000", []string{"172.29.0.1:5000", "127.0.0.1:5000", "localhost:5000"}},
+		{"registry.example", []string{"registry.example"}},
+		{"", nil},
 	} {
-		if !strings.Contains(cfg, want) {
-			t.Errorf("containerd config lacks %s:\n%s", want, cfg)
+		if got := RegistryNames(c.reg); !slices.Equal(got, c.want) {
+			t.Errorf("RegistryNames(%q) = %v, want %v", c.reg, got, c.want)
 		}
 	}
 }

@@ -93,7 +93,8 @@ type NodeConfig struct {
 	// GPU: the node's instance type has GPUs.
 	GPU bool
 	// PauseImage is the sandbox image; Registry, when set, the insecure
-	// registry (host:port) the node trusts.
+	// registry (host:port) the node trusts, also by its loopback names
+	// (RegistryNames).
 	PauseImage string
 	Registry   string
 	// Images are image archives (docker-archive or OCI tarballs) imported
@@ -180,12 +181,16 @@ func (n *Node) writeConfig() error {
 	if err != nil {
 		return err
 	}
+	containerd := ContainerdSpec{PauseImage: c.PauseImage, Registry: c.Registry}
 	files := map[string][]byte{
-		n.l.ContainerdConfig(): []byte(ContainerdConfig(n.l, ContainerdSpec{PauseImage: c.PauseImage, Registry: c.Registry})),
+		n.l.ContainerdConfig(): []byte(ContainerdConfig(n.l, containerd)),
 		n.l.KubeletConfig():    kubelet,
 		n.l.ProxyConfig():      proxy,
 		n.l.ProxyKubeconfig():  c.ProxyKubeconfig,
 		n.l.CA():               c.CAPEM,
+	}
+	for name, hosts := range RegistryHosts(containerd) {
+		files[filepath.Join(n.l.ContainerdHosts(), name, "hosts.toml")] = []byte(hosts)
 	}
 	if c.Bootstrap {
 		files[n.l.BootstrapKubeconfig()] = c.KubeletKubeconfig
