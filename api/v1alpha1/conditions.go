@@ -47,9 +47,13 @@ const (
 	// ReasonQueued: the control plane waits for others to start first.
 	ReasonQueued             = "Queued"
 	ReasonComponentsNotReady = "ComponentsNotReady"
-	ReasonInternalError      = "InternalError"
-	ReasonDeleting           = "Deleting"
-	ReasonInvalidSpec        = "InvalidSpec"
+	// ReasonAdopting: a ready control plane's processes ran on through a
+	// restart of fke-manager, and the new one is taking them over (its
+	// condition stays True: nothing stopped).
+	ReasonAdopting      = "Adopting"
+	ReasonInternalError = "InternalError"
+	ReasonDeleting      = "Deleting"
+	ReasonInvalidSpec   = "InvalidSpec"
 	// ReasonRestoreFailed: the snapshot a cluster is to be made from is missing or fails its checksum.
 	ReasonRestoreFailed      = "RestoreFailed"
 	ReasonClusterNotReady    = "ClusterNotReady"

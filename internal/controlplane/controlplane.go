@@ -23,6 +23,12 @@ type Ports struct {
 type Spec struct {
 	// Key identifies the control plane ("namespace/name" of its Cluster).
 	Key string
+	// ClusterName is the name kube-controller-manager knows the cluster
+	// by (--cluster-name); empty means Key's last element. The local
+	// runtime keeps the name a plane first started with (a standby
+	// plane's id, also once a cluster adopted it), so that its processes'
+	// command stays the same for life.
+	ClusterName string
 	// Version is the Kubernetes version, e.g. v1.37.2: the version Upgrade
 	// moves a component to, and the one a component starts at unless
 	// ComponentVersions names another.
@@ -74,9 +80,17 @@ var Components = []string{Etcd, APIServer, ControllerManager, Scheduler}
 
 // ComponentStatus is the observed state of one component.
 type ComponentStatus struct {
-	Name     string
-	Running  bool
-	Ready    bool
+	Name    string
+	Running bool
+	Ready   bool
+	// Adopted: the process runs on from an earlier fke-manager, which
+	// started it; this one took it over rather than starting it (local
+	// components whose processes a process holder keeps).
+	Adopted bool
+	// Adopting: Adopted, and its readiness not checked again yet: it
+	// served under the earlier fke-manager and never stopped. Not Ready,
+	// and not a component found unready either.
+	Adopting bool
 	Restarts int
 	// PID is the process id of a local component (0 when not running).
 	PID int
@@ -202,6 +216,23 @@ func (s Status) Ready() bool {
 		}
 	}
 	return true
+}
+
+// Adopting reports whether the control plane is being taken over from an
+// earlier fke-manager: every component is Ready or Adopting, and one is
+// Adopting. Its components run on and were never found unready.
+func (s Status) Adopting() bool {
+	if len(s.Components) != len(Components) {
+		return false
+	}
+	adopting := false
+	for _, c := range s.Components {
+		if !c.Ready && !c.Adopting {
+			return false
+		}
+		adopting = adopting || c.Adopting
+	}
+	return adopting
 }
 
 // NotReady lists the components that are not ready.

@@ -77,10 +77,18 @@ func ControllerManagerFlags(f Files, s Spec) []string {
 		"--concurrent-replicaset-syncs=10",
 		"--cluster-cidr=" + s.PodCIDR,
 		"--service-cluster-ip-range=" + s.ServiceCIDR,
-		"--cluster-name=" + filepath.Base(s.Key),
+		"--cluster-name=" + s.clusterName(),
 		"--profiling=false",
 		"--v=1",
 	}
+}
+
+// clusterName is s.ClusterName, or Key's last element when it is empty.
+func (s Spec) clusterName() string {
+	if s.ClusterName != "" {
+		return s.ClusterName
+	}
+	return filepath.Base(s.Key)
 }
 
 // SchedulerFlags are the kube-scheduler flags every runtime passes; the

@@ -31,9 +31,13 @@ import (
 //
 // Adoption: each client process is a session. A start request of a new
 // session first looks at the children earlier sessions left in the same
-// slot (Spec.Slot): one with exactly the same command (binary, arguments,
+// slot (Spec.Slot): one with the same command (binary, arguments,
 // environment, directory, log) is handed over instead of starting another;
-// the others are stopped before the new child starts. Children that no
+// the others are stopped before the new child starts. Paths below a
+// launch's Root (Spec.Root) count from it, and two Roots are the same when
+// they are one directory, links resolved when the new session asks: a
+// standby plane adopted by a cluster (its directory moved, a link left at
+// its old place) runs the cluster's command. Children that no
 // session claims within AdoptWindow of a new session's first request are
 // stopped (a cluster deleted while no manager ran); a client stops sooner
 // those it will not claim, by the directory they log into (a cluster
@@ -76,6 +80,8 @@ type startAnswer struct {
 	PID       int    `json:"pid"`
 	StartTime string `json:"startTime"`
 	Adopted   bool   `json:"adopted"`
+	// Root is the Root the adopted child was started with (see Spec.Root).
+	Root string `json:"root,omitempty"`
 }
 
 const holderStartPath = "/v1/start"
@@ -240,7 +246,7 @@ func (h *Holder) start(ctx context.Context, session string, l launch) (startAnsw
 		if hp.session == session || hp.session == "" || hp.Slot != l.Slot || !hp.alive() {
 			continue
 		}
-		if adopt == nil && hp.fingerprint == fp {
+		if adopt == nil && hp.fingerprint == fp && sameDir(hp.Root, l.Root) {
 			adopt = hp
 			continue
 		}
@@ -260,7 +266,7 @@ func (h *Holder) start(ctx context.Context, session string, l launch) (startAnsw
 	}
 	if adopt != nil {
 		h.log.Info("process handed over to a new supervisor", "name", l.Name, "pid", adopt.pid)
-		return startAnswer{PID: adopt.pid, StartTime: adopt.startTime, Adopted: true}, nil
+		return startAnswer{PID: adopt.pid, StartTime: adopt.startTime, Adopted: true, Root: adopt.Root}, nil
 	}
 	cmd, err := l.start(ctx, h.log)
 	if err != nil {
@@ -366,12 +372,46 @@ func (hp *heldProc) stop(ctx context.Context, log *slog.Logger) {
 }
 
 // fingerprint identifies l's command: two launches with the same one run
-// the same thing.
+// the same thing when their Roots are one directory (see sameDir). Paths
+// below l.Root count from it.
 func fingerprint(l launch) string {
+	args := make([]string, len(l.Args))
+	for i, a := range l.Args {
+		args[i] = fromRoot(a, l.Root)
+	}
 	sum := sha256.New()
 	enc := json.NewEncoder(sum)
-	_ = enc.Encode([]any{l.Path, l.Args, l.Env, l.Dir, l.LogPath})
+	_ = enc.Encode([]any{l.Path, args, l.Env, fromRoot(l.Dir, l.Root), fromRoot(l.LogPath, l.Root)})
 	return hex.EncodeToString(sum.Sum(nil))
+}
+
+// rootMark stands for a launch's Root in its fingerprint; no argument
+// holds a NUL byte.
+const rootMark = "\x00root"
+
+// fromRoot is s with every path below root (root then a slash, or root
+// at s's end) naming root by rootMark; s itself when root is empty.
+func fromRoot(s, root string) string {
+	if root == "" {
+		return s
+	}
+	root = filepath.Clean(root)
+	s = strings.ReplaceAll(s, root+"/", rootMark+"/")
+	if rest, ok := strings.CutSuffix(s, root); ok {
+		s = rest + rootMark
+	}
+	return s
+}
+
+// sameDir reports whether the Roots a and b are one directory: the same
+// path, or two paths that resolve to one (a link left where a directory
+// was moved from). A Root that no longer resolves to its directory (the
+// link removed) is not the same as the directory's new path.
+func sameDir(a, b string) bool {
+	if filepath.Clean(a) == filepath.Clean(b) {
+		return true
+	}
+	return a != "" && b != "" && resolved(a) == resolved(b)
 }
 
 // procStartTime returns field 22 of /proc/PID/stat (start time since

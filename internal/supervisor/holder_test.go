@@ -30,7 +30,7 @@ func heldHelper() int {
 	}
 	g := NewGroup(slog.New(slog.NewTextHandler(os.Stderr, nil)))
 	g.HoldIn(NewHolderClient(req.Socket))
-	p, err := g.Start(context.Background(), Spec{Name: req.Name, Slot: req.Slot, Path: req.Path, Args: req.Args, Env: req.Env, LogPath: req.LogPath, GracePeriod: time.Second})
+	p, err := g.Start(context.Background(), Spec{Name: req.Name, Slot: req.Slot, Root: req.Root, Path: req.Path, Args: req.Args, Env: req.Env, LogPath: req.LogPath, GracePeriod: time.Second})
 	if err == nil {
 		ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
 		err = p.WaitReady(ctx)
@@ -41,15 +41,15 @@ func heldHelper() int {
 
 // heldRequest is what heldHelper starts (a Spec has functions).
 type heldRequest struct {
-	Socket, Name, Slot, Path, LogPath string
-	Args, Env                         []string
+	Socket, Name, Slot, Root, Path, LogPath string
+	Args, Env                               []string
 }
 
 // runHeld starts a helper supervisor that has the holder on socket start
 // spec, returns the child's pid and kills the helper (SIGKILL, as a crash).
 func runHeld(t *testing.T, socket string, spec Spec) int {
 	t.Helper()
-	env, err := json.Marshal(heldRequest{Socket: socket, Name: spec.Name, Slot: spec.Slot, Path: spec.Path, Args: spec.Args, Env: spec.Env, LogPath: spec.LogPath})
+	env, err := json.Marshal(heldRequest{Socket: socket, Name: spec.Name, Slot: spec.Slot, Root: spec.Root, Path: spec.Path, Args: spec.Args, Env: spec.Env, LogPath: spec.LogPath})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -151,6 +151,112 @@ func TestHolderKeepsChildrenAcrossSupervisors(t *testing.T) {
 	h.StopAll(ctxTimeout(t))
 	if !gone(other) {
 		t.Error("StopAll left a child running")
+	}
+}
+
+// A child started with the paths of a directory that then moved, leaving
+// a link at its old place (a standby plane adopted by a cluster), runs the
+// command a later supervisor gives with the directory's new paths: it is
+// handed over, and says which Root it was started with. Once the link is
+// gone, the old paths name nothing: the child is replaced.
+func TestHolderHandsOverAMovedRoot(t *testing.T) {
+	_, socket := startHolder(t, time.Minute)
+	base := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(base, "ns"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	spec := func(root, slot string) Spec {
+		path, args := sh("exec sleep 1000")
+		return Spec{
+			Name: root + "/etcd", Slot: slot, Root: root, Path: path, Args: append(args, "--data-dir="+root+"/etcd"),
+			Env: []string{"LANG=C"}, LogPath: filepath.Join(root, "logs", "etcd.log"), GracePeriod: time.Second,
+		}
+	}
+	move := func(from, to string, link bool) {
+		t.Helper()
+		if err := os.Rename(from, to); err != nil {
+			t.Fatal(err)
+		}
+		if link {
+			if err := os.Symlink(to, from); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+
+	standby, cluster := filepath.Join(base, ".standby", "x"), filepath.Join(base, "ns", "c")
+	first := runHeld(t, socket, spec(standby, "127.0.0.1:2379"))
+	killOnCleanup(t, first)
+	move(standby, cluster, true)
+	g := NewGroup(nil)
+	g.HoldIn(NewHolderClient(socket))
+	t.Cleanup(func() { _ = g.StopAll(ctxTimeout(t)) })
+	checked := make(chan struct{})
+	s := spec(cluster, "127.0.0.1:2379")
+	s.Ready = func(ctx context.Context) error {
+		select {
+		case <-checked:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	p, err := g.Start(ctxTimeout(t), s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Pid() != first {
+		t.Fatalf("the cluster's supervisor got pid %d, want the standby's child %d", p.Pid(), first)
+	}
+	if !p.Adopted() || !p.Adopting() || p.Root() != standby {
+		t.Fatalf("taken over: Adopted %v, Adopting %v, Root %q; want true, true, %q", p.Adopted(), p.Adopting(), p.Root(), standby)
+	}
+	close(checked)
+	if err := p.WaitReady(ctxTimeout(t)); err != nil {
+		t.Fatal(err)
+	}
+	if !p.Adopted() || p.Adopting() {
+		t.Errorf("taken over and checked: Adopted %v, Adopting %v; want true, false", p.Adopted(), p.Adopting())
+	}
+
+	// The link removed: the old child's paths name nothing any more.
+	other, moved := filepath.Join(base, ".standby", "y"), filepath.Join(base, "ns", "d")
+	second := runHeld(t, socket, spec(other, "127.0.0.1:2380"))
+	killOnCleanup(t, second)
+	move(other, moved, false)
+	replaced := runHeld(t, socket, spec(moved, "127.0.0.1:2380"))
+	killOnCleanup(t, replaced)
+	if replaced == second || !gone(second) {
+		t.Errorf("a child whose Root is no longer the directory was handed over (pid %d, old %d gone %v)", replaced, second, gone(second))
+	}
+}
+
+// The fingerprint of a command counts paths below its Root from there,
+// and only those: a sibling directory whose name begins with the Root's
+// is another path.
+func TestFingerprintCountsPathsFromRoot(t *testing.T) {
+	cmd := func(root string, args ...string) launch {
+		return launch{Path: "/bin/etcd", Root: root, Args: append([]string{"etcd"}, args...), LogPath: filepath.Join(root, "logs", "etcd.log"), Env: []string{"GOGC=50"}}
+	}
+	a := cmd("/d/.standby/x", "--data-dir=/d/.standby/x/etcd", "--cert=/d/.standby/x/pki/a.crt", "--dir=/d/.standby/x")
+	for _, tc := range []struct {
+		name string
+		l    launch
+		same bool
+	}{
+		{"the same at another root", cmd("/d/ns/c", "--data-dir=/d/ns/c/etcd", "--cert=/d/ns/c/pki/a.crt", "--dir=/d/ns/c"), true},
+		{"the same root with a trailing slash", cmd("/d/.standby/x/", "--data-dir=/d/.standby/x/etcd", "--cert=/d/.standby/x/pki/a.crt", "--dir=/d/.standby/x"), true},
+		{"another argument", cmd("/d/ns/c", "--data-dir=/d/ns/c/etcd2", "--cert=/d/ns/c/pki/a.crt", "--dir=/d/ns/c"), false},
+		{"a path outside the root", cmd("/d/ns/c", "--data-dir=/d/ns/c2/etcd", "--cert=/d/ns/c/pki/a.crt", "--dir=/d/ns/c"), false},
+		{"no root", cmd("", "--data-dir=/d/.standby/x/etcd", "--cert=/d/.standby/x/pki/a.crt", "--dir=/d/.standby/x"), false},
+	} {
+		if got := fingerprint(tc.l) == fingerprint(a); got != tc.same {
+			t.Errorf("%s: same fingerprint %v, want %v", tc.name, got, tc.same)
+		}
+	}
+	// Without a Root every path counts as written.
+	if fingerprint(cmd("", "--data-dir=/d/x")) == fingerprint(cmd("", "--data-dir=/d/y")) {
+		t.Error("two commands without a Root and with other paths have the same fingerprint")
 	}
 }
 

@@ -42,20 +42,21 @@ func NewHolderClient(socket string) *HolderClient {
 }
 
 // start has the holder start l, or hand over the child an earlier session
-// left running with l's command (adopted).
-func (c *HolderClient) start(ctx context.Context, l launch) (child, bool, error) {
+// left running with l's command (the answer says Adopted, and the Root
+// that child was started with).
+func (c *HolderClient) start(ctx context.Context, l launch) (child, startAnswer, error) {
 	// A start may first wait for children left in the slot to stop.
 	ctx, cancel := context.WithTimeout(ctx, time.Minute+time.Duration(l.GraceSeconds*float64(time.Second)))
 	defer cancel()
 	data, err := c.post(ctx, holderStartPath, startRequest{Session: c.session, Launch: l})
 	if err != nil {
-		return nil, false, err
+		return nil, startAnswer{}, err
 	}
 	var ans startAnswer
 	if err := json.Unmarshal(data, &ans); err != nil {
-		return nil, false, fmt.Errorf("the process holder's answer: %w", err)
+		return nil, startAnswer{}, fmt.Errorf("the process holder's answer: %w", err)
 	}
-	return watch(ans.PID, ans.StartTime), ans.Adopted, nil
+	return watch(ans.PID, ans.StartTime), ans, nil
 }
 
 // stopLeft has the holder stop the children earlier sessions left whose

@@ -78,6 +78,15 @@ type Spec struct {
 	// by a previous supervisor in the same slot is taken over when its
 	// command is the same, else stopped before this one starts.
 	Slot string
+	// Root, when set, is the directory the child's files lie in: its
+	// arguments, Dir and LogPath name paths below it. The directory may
+	// later be reached by another path (moved, with a link left at its old
+	// place), and the child, started with the old paths, runs on. It
+	// matters only to a Group whose children a Holder keeps: a child left
+	// by a previous supervisor has the same command as this one when the
+	// two differ only in the path of their Roots and both Roots are the
+	// same directory (see Holder).
+	Root string
 	// BeforeRestart, when set, runs before every restart after an
 	// unexpected exit (not before the first start), when the backoff is
 	// over, with no lock held. Its ctx ends when Stop begins or after 30s.
@@ -151,6 +160,12 @@ type Process struct {
 	attempts int // restart attempts, for MaxRestarts
 	stopping bool
 	gen      int // bumped on every start, so that stale probes are ignored
+	// adopted: the running child was taken over from an earlier
+	// supervisor (see Holder), not started by this one.
+	adopted bool
+	// root is the Spec.Root the running child was started with: the
+	// earlier supervisor's for an adopted child.
+	root     string
 	err      error
 	probeErr error // Spec.Ready's last error while Starting
 }
@@ -178,6 +193,38 @@ func (p *Process) Restarts() int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.restarts
+}
+
+// Root returns the Spec.Root the running child was started with: its
+// own, or for a child taken over from an earlier supervisor (see Holder)
+// the one that supervisor gave it (the same directory, perhaps by another
+// path). While no child runs, the one the next start gives: Spec.Root.
+func (p *Process) Root() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.pid == 0 {
+		return p.spec.Root
+	}
+	return p.root
+}
+
+// Adopted reports whether the running child was taken over from an
+// earlier supervisor (see Holder) rather than started by this one. A
+// restart ends it: the child started then is this supervisor's own.
+func (p *Process) Adopted() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.pid != 0 && p.adopted
+}
+
+// Adopting reports whether the running child was taken over from an
+// earlier supervisor and its readiness not checked yet: it served under
+// that supervisor and ran on, and Spec.Ready has neither passed (the
+// process is then Ready) nor failed since.
+func (p *Process) Adopting() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.pid != 0 && p.adopted && p.state == Starting && p.probeErr == nil
 }
 
 // SetNice changes the child's niceness (see Spec.Nice) now, on every
@@ -273,6 +320,8 @@ type launch struct {
 	Dir     string   `json:"dir,omitempty"`
 	LogPath string   `json:"logPath,omitempty"`
 	Nice    int      `json:"nice,omitempty"`
+	// Root: see Spec.Root.
+	Root string `json:"root,omitempty"`
 	// GraceSeconds is the SIGTERM → SIGKILL delay when a Holder replaces
 	// the child.
 	GraceSeconds float64 `json:"graceSeconds,omitempty"`
@@ -282,7 +331,7 @@ func (p *Process) launch() launch {
 	l := launch{
 		Name: p.spec.Name, Slot: p.spec.Slot, Path: p.path,
 		Args: append([]string{p.spec.Path}, p.spec.Args...),
-		Env:  p.spec.Env, Dir: p.spec.Dir, LogPath: p.spec.LogPath, Nice: p.spec.Nice,
+		Env:  p.spec.Env, Dir: p.spec.Dir, LogPath: p.spec.LogPath, Nice: p.spec.Nice, Root: p.spec.Root,
 		GraceSeconds: p.spec.GracePeriod.Seconds(),
 	}
 	if l.Slot == "" {
@@ -354,15 +403,19 @@ func (p *Process) startLocked(ctx context.Context) (child, context.CancelFunc, e
 		adopted bool
 	)
 	l := p.launch()
+	root := l.Root
 	if p.holder != nil {
 		if l.Env == nil {
 			l.Env = os.Environ() // this process's, not the holder's
 		}
-		held, took, err := p.holder.start(ctx, l)
+		held, ans, err := p.holder.start(ctx, l)
 		if err != nil {
 			return nil, nil, err
 		}
-		c, adopted = held, took
+		c, adopted = held, ans.Adopted
+		if adopted && ans.Root != "" {
+			root = ans.Root // a holder of an older fke says none: its hand-overs run l exactly
+		}
 	} else {
 		cmd, err := l.start(ctx, p.log)
 		if err != nil {
@@ -373,9 +426,10 @@ func (p *Process) startLocked(ctx context.Context) (child, context.CancelFunc, e
 	p.gen++
 	p.probeErr = nil
 	p.pid = c.pid()
+	p.adopted, p.root = adopted, root
 	p.setStateLocked(Starting)
 	if adopted {
-		p.log.Info("process adopted: it ran on while no supervisor did", "pid", p.pid, "path", p.path)
+		p.log.Info("process adopted: it ran on while no supervisor did", "pid", p.pid, "path", p.path, "root", root)
 		if canRenice {
 			if err := renice(p.pid, p.spec.Nice); err != nil {
 				p.log.Warn("setting the niceness of an adopted process failed", "pid", p.pid, "error", err)

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"net/netip"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -106,6 +107,7 @@ type Reconciler struct {
 	cidrMu    sync.Mutex // serialises pod-range picks across clusters
 	picked    map[string]netip.Prefix
 	base      sync.Map // cluster key -> true once the base addons are installed
+	adopted   sync.Map // cluster key -> true once the takeover of its processes was reported
 }
 
 // SetupWithManager registers the controller.
@@ -280,7 +282,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.
 	}
 
 	if !st.Ready() {
-		if wasReady {
+		if wasReady && !st.Adopting() {
 			r.Recorder.Eventf(cl, nil, corev1.EventTypeWarning, "ControlPlaneNotReady", "Monitor", "components not ready: %v", st.NotReady())
 		}
 		if st.Queued != "" {
@@ -292,6 +294,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.
 		log.Info("control plane ready", "cluster", req.String(), "endpoint", st.Endpoint)
 		r.Recorder.Eventf(cl, nil, corev1.EventTypeNormal, "ControlPlaneReady", "Start", "control plane ready at %s", st.Endpoint)
 	}
+	r.reportAdopted(cl, req.String(), st)
 	if after, handled := r.reconcileUpgrade(ctx, cl, spec, st, bundle, flush); handled {
 		return ctrl.Result{RequeueAfter: after}, nil
 	}
@@ -341,6 +344,34 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.
 		cl.Status.Version = v
 	}
 	return ctrl.Result{RequeueAfter: requeue}, nil
+}
+
+// reportAdopted records an event, once per cluster and process, when the
+// ready control plane of key runs on processes an earlier fke-manager
+// started (kept by the process holder through its restart): they were
+// taken over, not restarted.
+func (r *Reconciler) reportAdopted(cl *fkev1.Cluster, key string, st controlplane.Status) {
+	pids := adoptedPIDs(st)
+	if len(pids) == 0 {
+		return
+	}
+	if _, told := r.adopted.LoadOrStore(key, true); told {
+		return
+	}
+	r.Recorder.Eventf(cl, nil, corev1.EventTypeNormal, "ControlPlaneAdopted", "Monitor",
+		"the control plane ran on through a restart of fke-manager: its processes (pids %v) were taken over, not restarted", pids)
+}
+
+// adoptedPIDs lists, once each and in order, the pids of the components
+// of st taken over from an earlier fke-manager.
+func adoptedPIDs(st controlplane.Status) []int {
+	var pids []int
+	for _, c := range st.Components {
+		if c.Adopted && c.PID != 0 && !slices.Contains(pids, c.PID) {
+			pids = append(pids, c.PID)
+		}
+	}
+	return pids
 }
 
 // runtime returns the runtime of cl's spec.runtime (nil when this
@@ -514,6 +545,7 @@ func (r *Reconciler) finalize(ctx context.Context, cl *fkev1.Cluster) (waiting b
 		r.Approvers.Stop(key)
 	}
 	r.base.Delete(key)
+	r.adopted.Delete(key)
 	r.cidrMu.Lock()
 	delete(r.picked, key)
 	r.cidrMu.Unlock()

@@ -41,7 +41,9 @@ func (r *Reconciler) validate(cl *fkev1.Cluster) (reason, message string, ok boo
 	return "", "", true
 }
 
-// computeStatus sets phase and conditions from the runtime's view.
+// computeStatus sets phase and conditions from the runtime's view. A ready
+// plane being taken over from an earlier fke-manager (st.Adopting) stays
+// ready, with the reason Adopting, until the checks say otherwise.
 func computeStatus(cl *fkev1.Cluster, st controlplane.Status) {
 	gen := cl.Generation
 	if st.Ready() {
@@ -53,6 +55,21 @@ func computeStatus(cl *fkev1.Cluster, st controlplane.Status) {
 		meta.SetStatusCondition(&cl.Status.Conditions, metav1.Condition{
 			Type: fkev1.ConditionReady, Status: metav1.ConditionTrue, Reason: fkev1.ReasonReady,
 			Message: "cluster is ready", ObservedGeneration: gen,
+		})
+		return
+	}
+	if st.Adopting() && meta.IsStatusConditionTrue(cl.Status.Conditions, fkev1.ConditionControlPlaneReady) {
+		// Its processes ran on while no fke-manager did; this one took
+		// them over and has not checked them again yet. Nothing stopped:
+		// the plane is not "not ready".
+		meta.SetStatusCondition(&cl.Status.Conditions, metav1.Condition{
+			Type: fkev1.ConditionControlPlaneReady, Status: metav1.ConditionTrue, Reason: fkev1.ReasonAdopting,
+			Message:            "etcd, kube-apiserver, kube-controller-manager and kube-scheduler ran on through a restart of fke-manager, which is taking them over",
+			ObservedGeneration: gen,
+		})
+		meta.SetStatusCondition(&cl.Status.Conditions, metav1.Condition{
+			Type: fkev1.ConditionReady, Status: metav1.ConditionTrue, Reason: fkev1.ReasonAdopting,
+			Message: "cluster is ready; a restarted fke-manager is taking its control plane over", ObservedGeneration: gen,
 		})
 		return
 	}

@@ -80,7 +80,7 @@ func (r *Runtime) ensureAddonLocked(ctx context.Context, key string, layout layo
 		}
 	}
 	args := a.ExpandArgs(dir, addonBindAddress)
-	spec := supervisor.Spec{Name: name, Path: path, Args: args, Env: componentEnv(a.Name), LogPath: layout.log(a.Name)}
+	spec := supervisor.Spec{Name: name, Root: layout.root, Path: path, Args: args, Env: componentEnv(a.Name), LogPath: layout.log(a.Name)}
 	if a.HealthURL != "" {
 		tlsCfg, err := supervisor.ClientTLS(a.HealthCA, a.HealthClientCert, a.HealthClientKey)
 		if err != nil {

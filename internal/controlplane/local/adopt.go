@@ -6,11 +6,9 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strings"
 
 	"golang.org/x/sys/unix"
 
-	"fke.dev/fke/internal/controlplane"
 	"fke.dev/fke/internal/supervisor"
 )
 
@@ -42,7 +40,6 @@ func (r *Runtime) Adopt(ctx context.Context, from, to string) error {
 		delete(r.running, from)
 		delete(r.procs, from)
 		delete(r.addons, from)
-		r.aliases[from] = to
 	}
 	var errs []error
 	for _, p := range r.procs[to] {
@@ -97,9 +94,13 @@ func moveDataDir(from, to string) error {
 }
 
 // ForgetAliases removes the links Adopt left at standby planes' old places
-// for which no process of this runtime runs any more; every link is stale
-// once the processes that used it stopped (after a restart of this process,
-// all are). It reports the links it removed.
+// that no process opens files by any more. A link stays while a process
+// of the plane that adopted it, started before Adopt (in this process or
+// in an earlier fke-manager whose processes a process holder kept, and
+// which this runtime took over), runs with the old paths, and while this
+// runtime has not ensured the adopting plane since it started: an earlier
+// fke-manager's processes may still run with them, waiting to be taken
+// over. It reports the links it removed.
 func (r *Runtime) ForgetAliases(dir string) ([]string, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -116,29 +117,67 @@ func (r *Runtime) ForgetAliases(dir string) ([]string, error) {
 			continue
 		}
 		from := dir + "/" + e.Name()
-		if to, ok := r.aliases[from]; ok && r.usesOldPaths(from, to) {
+		if r.aliasInUse(from) {
 			continue
 		}
 		if err := os.Remove(r.DataDir(from)); err != nil && !errors.Is(err, os.ErrNotExist) {
 			return removed, err
 		}
-		delete(r.aliases, from)
 		removed = append(removed, from)
 	}
 	return removed, nil
 }
 
-// usesOldPaths reports whether a process of to still runs under from's
-// process names (started before Adopt); r.mu is held.
+// aliasInUse reports whether processes may open files through the link
+// Adopt left at from (see ForgetAliases); r.mu is held.
+func (r *Runtime) aliasInUse(from string) bool {
+	to, ok := r.adopter(from)
+	if !ok {
+		return false
+	}
+	if _, err := os.Stat(r.DataDir(to)); err != nil {
+		return false // deleted: nothing of it runs
+	}
+	if _, ok := r.running[to]; !ok {
+		return true // not taken over by this runtime yet
+	}
+	return r.usesOldPaths(from, to)
+}
+
+// adopter returns the key whose data the link at from names (the plane
+// that adopted from); false when the link names nothing under this
+// runtime's directory.
+func (r *Runtime) adopter(from string) (string, bool) {
+	target, err := os.Readlink(r.DataDir(from))
+	if err != nil {
+		return "", false
+	}
+	base, err := filepath.Abs(r.dir)
+	if err != nil {
+		return "", false
+	}
+	rel, err := filepath.Rel(base, target)
+	if err != nil || !filepath.IsLocal(rel) {
+		return "", false
+	}
+	return filepath.ToSlash(rel), true
+}
+
+// usesOldPaths reports whether a process of to (a component or an addon)
+// still runs with from's paths, started before Adopt; r.mu is held.
 func (r *Runtime) usesOldPaths(from, to string) bool {
-	for _, c := range controlplane.Components {
-		p, ok := r.procs[to][c]
-		if !ok || !strings.HasPrefix(p.name, from+"/") {
-			continue
-		}
+	old := r.DataDir(from)
+	var names []string
+	for _, p := range r.procs[to] {
+		names = append(names, p.name)
+	}
+	for name := range r.addons[to] {
+		names = append(names, addonProcessName(to, name))
+	}
+	for _, name := range names {
 		// Running, starting or waiting to restart: it may open files by
-		// its old paths.
-		if proc := r.group.Get(p.name); proc != nil && proc.State() != supervisor.Stopped && proc.State() != supervisor.Failed {
+		// its old paths (a restart starts it with to's).
+		if proc := r.group.Get(name); proc != nil && proc.State() != supervisor.Stopped && proc.State() != supervisor.Failed && proc.Root() == old {
 			return true
 		}
 	}

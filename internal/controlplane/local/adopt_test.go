@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"log/slog"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -14,7 +16,10 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
+	"fke.dev/fke/internal/binaries"
 	"fke.dev/fke/internal/controlplane"
+	"fke.dev/fke/internal/controlplane/local"
+	"fke.dev/fke/internal/supervisor"
 	"fke.dev/fke/internal/versions"
 	"fke.dev/fke/test/testenv"
 )
@@ -134,5 +139,109 @@ func testAdoptStandbyPlane(t *testing.T, oneProcess bool) {
 	}
 	if n := len(testenv.FindProcs(rt.DataDir(to) + "/")); n != want {
 		t.Fatalf("%d processes run with the cluster's paths, want %d", n, want)
+	}
+}
+
+// TestAdoptedPlaneRunsOnThroughARestart: a standby plane adopted by a
+// cluster, whose processes a process holder keeps, runs on when the
+// runtime that adopted it is replaced by another (fke-manager restarted):
+// the new runtime takes every process over, none restarted (they run with
+// the standby plane's paths, the cluster's through the link Adopt left),
+// reports them as being taken over until checked, and keeps the link
+// they use.
+func TestAdoptedPlaneRunsOnThroughARestart(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs a control plane")
+	}
+	t.Run("one process per component", func(t *testing.T) { testAdoptedPlaneRunsOn(t, false) })
+	t.Run("one process", func(t *testing.T) { testAdoptedPlaneRunsOn(t, true) })
+}
+
+func testAdoptedPlaneRunsOn(t *testing.T, oneProcess bool) {
+	const from, to = ".standby/abc", "team/adopted"
+	bin, dir := testenv.BinDir(t), t.TempDir()
+	socket := filepath.Join(t.TempDir(), "holder.sock")
+	h := supervisor.NewHolder(nil)
+	ln, err := supervisor.ListenHolder(socket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	serveCtx, stopServing := context.WithCancel(context.Background())
+	served := make(chan error, 1)
+	go func() { served <- h.Serve(serveCtx, ln) }()
+	var runtimes []*local.Runtime
+	t.Cleanup(func() {
+		// The holder first: the runtimes' restarts of what it stops fail.
+		stopServing()
+		if err := <-served; err != nil {
+			t.Errorf("holder: %v", err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		h.StopAll(ctx)
+		for _, rt := range runtimes {
+			_ = rt.StopAll(ctx)
+		}
+	})
+	newRuntime := func() *local.Runtime {
+		t.Helper()
+		rt, err := local.New(dir, binaries.Finder{Dir: bin}, slog.New(slog.DiscardHandler))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if oneProcess {
+			if err := rt.OneProcessPlanes(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		rt.HoldProcessesIn(supervisor.NewHolderClient(socket))
+		runtimes = append(runtimes, rt)
+		return rt
+	}
+
+	ctx := context.Background()
+	first := newRuntime()
+	spec, cfg := ensurePlane(t, first, from, versions.Default, "", true)
+	pids := map[string]int{}
+	for _, c := range mustStatus(t, first, from).Components {
+		pids[c.Name] = c.PID
+	}
+	if err := first.Adopt(ctx, from, to); err != nil {
+		t.Fatal(err)
+	}
+	spec.Key, spec.Standby = to, false
+
+	// fke-manager restarts.
+	second := newRuntime()
+	if removed, err := second.ForgetAliases(".standby"); err != nil || len(removed) != 0 {
+		t.Fatalf("before taking the plane over, ForgetAliases removed %v (%v)", removed, err)
+	}
+	st, err := second.Ensure(ctx, spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !st.Adopting() && !st.Ready() {
+		t.Errorf("just taken over: %+v, want every component ready or being taken over", st.Components)
+	}
+	for _, c := range st.Components {
+		if c.PID != pids[c.Name] || !c.Adopted {
+			t.Errorf("%s: pid %d (adopted %v), want %d taken over", c.Name, c.PID, c.Adopted, pids[c.Name])
+		}
+	}
+	wctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	if err := second.WaitReady(wctx, to); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range mustStatus(t, second, to).Components {
+		if c.PID != pids[c.Name] || !c.Ready || c.Adopting {
+			t.Errorf("%s after the check: pid %d, ready %v, adopting %v; want %d ready", c.Name, c.PID, c.Ready, c.Adopting, pids[c.Name])
+		}
+	}
+	if removed, err := second.ForgetAliases(".standby"); err != nil || len(removed) != 0 {
+		t.Fatalf("ForgetAliases removed %v (%v) while the processes taken over use the link", removed, err)
+	}
+	if _, err := kubernetes.NewForConfigOrDie(cfg).CoreV1().ConfigMaps("default").Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "after-the-restart"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
 	}
 }

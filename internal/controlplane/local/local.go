@@ -49,9 +49,6 @@ type Runtime struct {
 	procs map[string]map[string]componentProc
 	// addons are the addon processes started by EnsureAddons, by key and name.
 	addons map[string]map[string]*controlplane.Addon
-	// aliases maps a standby plane's key to the key that adopted it while
-	// processes started under the old key may still run (see Adopt).
-	aliases map[string]string
 }
 
 var _ controlplane.Runtime = (*Runtime)(nil)
@@ -72,7 +69,6 @@ func New(dir string, finder binaries.Finder, log *slog.Logger) (*Runtime, error)
 		running: map[string]controlplane.Spec{},
 		procs:   map[string]map[string]componentProc{},
 		addons:  map[string]map[string]*controlplane.Addon{},
-		aliases: map[string]string{},
 	}, nil
 }
 
@@ -181,6 +177,9 @@ func (r *Runtime) Ensure(ctx context.Context, spec controlplane.Spec) (controlpl
 	if err != nil {
 		return controlplane.Status{}, err
 	}
+	if spec, err = withClusterName(spec, layout); err != nil {
+		return controlplane.Status{}, err
+	}
 	if spec.Restore != "" {
 		if err := r.restore(ctx, layout, spec); err != nil {
 			return controlplane.Status{}, fmt.Errorf("control plane %s: %w", spec.Key, err)
@@ -265,12 +264,14 @@ func (r *Runtime) startMissing(ctx context.Context, spec controlplane.Spec, layo
 		if p := r.group.Get(name); p != nil && p.State() != supervisor.Stopped {
 			continue
 		}
-		if (c == controlplane.ControllerManager || c == controlplane.Scheduler) && !r.apiServerReady(spec.Key) {
+		if (c == controlplane.ControllerManager || c == controlplane.Scheduler) && !r.apiServerServes(spec.Key) {
 			// Clients of the API server wait for it: started beside it,
 			// they take the CPU its start needs (on two cores, ~1 s of
 			// its ~3 s to /readyz) only to retry. The next Ensure (the
 			// cluster controller calls it every 200 ms until ready)
-			// starts them.
+			// starts them. An API server taken over from an earlier
+			// fke-manager serves already: its clients, most likely
+			// left running too, are taken over with it.
 			continue
 		}
 		version := startVersion(spec, c)
@@ -278,7 +279,7 @@ func (r *Runtime) startMissing(ctx context.Context, spec controlplane.Spec, layo
 		if err != nil {
 			return controlplane.Status{}, fmt.Errorf("starting %s of %s: %w", c, spec.Key, err)
 		}
-		s := supervisor.Spec{Name: name, Slot: slot(spec, c), Path: path, Args: componentArgs(c, layout, spec), Env: componentEnv(c), LogPath: layout.log(c), Ready: ready[c]}
+		s := supervisor.Spec{Name: name, Slot: slot(spec, c), Root: layout.root, Path: path, Args: componentArgs(c, layout, spec), Env: componentEnv(c), LogPath: layout.log(c), Ready: ready[c]}
 		if spec.Standby {
 			s.Nice = standbyNice
 		}
@@ -292,10 +293,12 @@ func (r *Runtime) startMissing(ctx context.Context, spec controlplane.Spec, layo
 	return r.statusLocked(spec.Key), nil
 }
 
-// apiServerReady reports whether the API server of key serves; r.mu is held.
-func (r *Runtime) apiServerReady(key string) bool {
+// apiServerServes reports whether the API server of key serves: it is
+// ready, or was taken over from an earlier fke-manager, which it served
+// under, and not found unready since; r.mu is held.
+func (r *Runtime) apiServerServes(key string) bool {
 	p := r.group.Get(r.procName(key, controlplane.APIServer))
-	return p != nil && p.State() == supervisor.Ready
+	return p != nil && (p.State() == supervisor.Ready || p.Adopting())
 }
 
 // Status implements controlplane.Runtime.
@@ -329,6 +332,8 @@ func (r *Runtime) statusLocked(key string) controlplane.Status {
 			cs.PID = p.Pid()
 			cs.Running = cs.PID != 0
 			cs.Ready = state == supervisor.Ready
+			cs.Adopted = p.Adopted()
+			cs.Adopting = p.Adopting()
 			cs.Restarts = p.Restarts()
 		}
 		st.Components = append(st.Components, cs)

@@ -96,6 +96,34 @@ func (r *Runtime) layoutOf(spec controlplane.Spec, l layout) (string, error) {
 	return chosen, nil
 }
 
+// clusterNameFileName is the file in a control plane's data directory
+// that records the name kube-controller-manager knows it by.
+const clusterNameFileName = "cluster-name"
+
+// withClusterName returns spec with the cluster name its plane keeps:
+// the one recorded in the plane's data directory, else spec's (its key's
+// last element), recorded on the plane's first start. A standby plane
+// adopted by a cluster keeps its own: its processes, taken over by the
+// fke-manager after a restart, then run the command that one computes.
+func withClusterName(spec controlplane.Spec, l layout) (controlplane.Spec, error) {
+	file := filepath.Join(l.root, clusterNameFileName)
+	data, err := os.ReadFile(file)
+	switch {
+	case err == nil && strings.TrimSpace(string(data)) != "":
+		spec.ClusterName = strings.TrimSpace(string(data))
+		return spec, nil
+	case err != nil && !errors.Is(err, os.ErrNotExist):
+		return spec, fmt.Errorf("reading the cluster name of %s: %w", spec.Key, err)
+	}
+	if spec.ClusterName == "" {
+		spec.ClusterName = filepath.Base(spec.Key)
+	}
+	if err := writeIfChanged(file, []byte(spec.ClusterName+"\n")); err != nil {
+		return spec, fmt.Errorf("recording the cluster name of %s: %w", spec.Key, err)
+	}
+	return spec, nil
+}
+
 // seedDir holds, under a runtime's directory, the planes' seeds: the
 // objects upstream's API server creates alike in every new cluster of a
 // version, saved by the first plane of the version and written into each
@@ -145,7 +173,7 @@ func (r *Runtime) startPlane(ctx context.Context, spec controlplane.Spec, l layo
 		name = processName(spec.Key, planeProcess)
 	}
 	if p := r.group.Get(name); p == nil || p.State() == supervisor.Stopped {
-		s := supervisor.Spec{Name: name, Slot: slot(spec, controlplane.APIServer), Path: r.plane, Args: planeArgs(l, spec, seedFile(r.dir, versions.Default)),
+		s := supervisor.Spec{Name: name, Slot: slot(spec, controlplane.APIServer), Root: l.root, Path: r.plane, Args: planeArgs(l, spec, seedFile(r.dir, versions.Default)),
 			Env: componentEnv(planeProcess), LogPath: l.log(planeProcess), Ready: allReady(ready)}
 		if spec.Standby {
 			s.Nice = standbyNice

@@ -82,6 +82,9 @@ func (r *Runtime) Upgrade(ctx context.Context, spec controlplane.Spec, component
 		return fmt.Errorf("upgrading %s of %s to %s: %w", component, spec.Key, spec.Version, err)
 	}
 	layout := newLayout(r.DataDir(spec.Key))
+	if spec, err = withClusterName(spec, layout); err != nil {
+		return fmt.Errorf("upgrading %s of %s: %w", component, spec.Key, err)
+	}
 	if component == controlplane.APIServer {
 		return r.replaceAPIServer(ctx, spec, layout, cur, path)
 	}
@@ -103,7 +106,7 @@ func (r *Runtime) replaceAPIServer(ctx context.Context, spec controlplane.Spec, 
 		oldPID = old.Pid()
 	}
 	p, err := r.group.Start(ctx, supervisor.Spec{
-		Name: next.name, Slot: slot(spec, controlplane.APIServer), Path: path, Args: apiServerArgs(l, spec), Env: componentEnv(controlplane.APIServer), LogPath: l.log(controlplane.APIServer),
+		Name: next.name, Slot: slot(spec, controlplane.APIServer), Root: l.root, Path: path, Args: apiServerArgs(l, spec), Env: componentEnv(controlplane.APIServer), LogPath: l.log(controlplane.APIServer),
 		Ready: versionReady(endpoint(spec), apiTLS, spec.Version),
 	})
 	if err != nil {
@@ -139,7 +142,7 @@ func (r *Runtime) restartAt(ctx context.Context, spec controlplane.Spec, l layou
 		}
 		name := processName(spec.Key, component) + "@" + version
 		p, err := r.group.Start(ctx, supervisor.Spec{
-			Name: name, Slot: slot(spec, component), Path: bin, Args: componentArgs(component, l, spec), Env: componentEnv(component), LogPath: l.log(component),
+			Name: name, Slot: slot(spec, component), Root: l.root, Path: bin, Args: componentArgs(component, l, spec), Env: componentEnv(component), LogPath: l.log(component),
 			Ready: supervisor.WaitHTTPReady(fmt.Sprintf("https://127.0.0.1:%d/healthz", port), selfSignedTLS()),
 		})
 		if err != nil {
