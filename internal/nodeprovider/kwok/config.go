@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"strings"
 
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
@@ -119,6 +121,62 @@ const (
 // ResourceMetricsPath is where kwok serves the resource metrics of node.
 func ResourceMetricsPath(node string) string { return "/metrics/nodes/" + node + "/metrics/resource" }
 
+// A real node uses some CPU and memory with no pod on it (the kubelet, the
+// container runtime, the system), and its kubelet reports that usage from
+// the start. kwok's node usage is the sum of its pods' alone, and
+// metrics-server drops a node whose CPU or memory usage is zero, so a kwok
+// node without pods had no NodeMetrics (`kubectl top nodes` showed
+// nothing). fke's Metric adds to the pods' usage the node's idle usage,
+// which the provider writes on each Node it makes (IdleUsage of the node's
+// capacity) and a user may change, quantities as in kwok's pod annotations.
+// A Node without them (made by an earlier fke) idles at the usage of an
+// empty node. The node's idle CPU time grows at its idle rate from its
+// creation, when a kwok node becomes Ready.
+const (
+	AnnotationIdleUsageCPU    = "fke.dev/idle-usage-cpu"
+	AnnotationIdleUsageMemory = "fke.dev/idle-usage-memory"
+)
+
+// Idle usage of a simulated node: a base and a share of the node's size,
+// bounded, much as a kubelet and container runtime with a few system
+// daemons use on an idle machine: 32m and 160Mi on 2 CPUs and 8Gi, 38m and
+// 256Mi on 8 CPUs and 32Gi, 222m and 1Gi on 192 CPUs and 2000Gi.
+const (
+	idleCPUBaseMilli     = 30
+	idleCPUMilliPerCore  = 1
+	idleCPUMaxMilli      = 250
+	idleMemoryBase       = 128 << 20
+	idleMemoryShare      = 256 // 1/256 of the node's memory
+	idleMemoryMax        = 1 << 30
+	idleMemoryRoundBytes = 1 << 20
+)
+
+// IdleUsage returns the CPU and memory a node of the given capacity uses
+// with no pods: see the constants above. Pure.
+func IdleUsage(capacity corev1.ResourceList) (cpu, memory resource.Quantity) {
+	cores := capacity.Cpu().MilliValue() / 1000
+	cpuMilli := min(idleCPUBaseMilli+idleCPUMilliPerCore*cores, idleCPUMaxMilli)
+	mem := min(idleMemoryBase+capacity.Memory().Value()/idleMemoryShare, idleMemoryMax)
+	mem -= mem % idleMemoryRoundBytes
+	return *resource.NewMilliQuantity(cpuMilli, resource.DecimalSI), *resource.NewQuantity(mem, resource.BinarySI)
+}
+
+// nodeUsageExpressions returns the CEL expressions of a node's CPU time
+// (core-seconds) and memory working set (bytes) in kwok's Metric: its
+// idle usage (AnnotationIdleUsageCPU and AnnotationIdleUsageMemory, or
+// IdleUsage of an empty node) plus its pods'. kwok's Quantity has no
+// conversion to a number, so the pods' usage (a number) becomes a Quantity
+// through its decimal string.
+func nodeUsageExpressions() (cpu, memory string) {
+	cpuIdle, memIdle := IdleUsage(nil)
+	annotation := func(key string, fallback resource.Quantity) string {
+		return fmt.Sprintf(`("%[1]s" in node.metadata.annotations ? Quantity(node.metadata.annotations["%[1]s"]) : Quantity("%[2]s"))`, key, fallback.String())
+	}
+	cpu = annotation(AnnotationIdleUsageCPU, cpuIdle) + ` * node.SinceSecond() + Quantity(string(node.CumulativeUsage("cpu")))`
+	memory = annotation(AnnotationIdleUsageMemory, memIdle) + ` + Quantity(string(node.Usage("memory")))`
+	return cpu, memory
+}
+
 // Container start times in kwok's default resource Metric are seconds
 // since the pod started, not since the epoch as the kubelet reports them:
 // metrics-server then takes every scrape for a restarted container and
@@ -129,11 +187,30 @@ const (
 	fixedStartTime = `value: 'UnixSecond(pod.metadata.creationTimestamp)'`
 )
 
-// usageObjects returns kwok's Metric (the kubelet's resource metrics) and
-// ClusterResourceUsage (use from pod annotations) objects.
-func usageObjects() []string {
-	metric := strings.Replace(metricsresource.DefaultMetricsResource, kwokStartTime, fixedStartTime, 1)
-	return []string{metric, metricsusage.DefaultUsageFromAnnotation}
+// Node usage in kwok's default resource Metric: its pods' alone.
+const (
+	kwokNodeCPU    = `value: 'node.CumulativeUsage("cpu")'`
+	kwokNodeMemory = `value: 'node.Usage("memory")'`
+)
+
+// usageObjects returns kwok's Metric (the kubelet's resource metrics, with
+// fixed container start times and nodes' idle usage) and
+// ClusterResourceUsage (use from pod annotations) objects; an error when
+// kwok's default Metric no longer has what fke changes.
+func usageObjects() ([]string, error) {
+	cpu, memory := nodeUsageExpressions()
+	metric := metricsresource.DefaultMetricsResource
+	for _, r := range []struct{ old, new string }{
+		{kwokStartTime, fixedStartTime},
+		{kwokNodeCPU, "value: '" + cpu + "'"},
+		{kwokNodeMemory, "value: '" + memory + "'"},
+	} {
+		if strings.Count(metric, r.old) != 1 {
+			return nil, fmt.Errorf("kwok's resource Metric has no single %s", r.old)
+		}
+		metric = strings.Replace(metric, r.old, r.new, 1)
+	}
+	return []string{metric, metricsusage.DefaultUsageFromAnnotation}, nil
 }
 
 // nodeNotReadyStage turns a Ready node annotated AnnotationSimulateNotReady
@@ -247,7 +324,11 @@ func renderConfig(podCIDR, nodeIP string) ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("rendering kwok configuration: %w", err)
 	}
-	for _, s := range append(all, usageObjects()...) {
+	usage, err := usageObjects()
+	if err != nil {
+		return nil, fmt.Errorf("rendering kwok configuration: %w", err)
+	}
+	for _, s := range append(all, usage...) {
 		docs = append(docs, strings.TrimSpace(s))
 	}
 	return []byte(strings.Join(docs, "\n---\n") + "\n"), nil

@@ -22,7 +22,11 @@ func FuzzRenderConfig(f *testing.F) {
 	if err != nil {
 		f.Fatal(err)
 	}
-	want := len(all) + len(usageObjects())
+	usage, err := usageObjects()
+	if err != nil {
+		f.Fatal(err)
+	}
+	want := len(all) + len(usage)
 	f.Fuzz(func(t *testing.T, podCIDR, nodeIP string) {
 		data, err := renderConfig(podCIDR, nodeIP)
 		if err != nil {

@@ -84,8 +84,25 @@ func TestRenderConfig(t *testing.T) {
 						t.Errorf("metric path %v, nodes point at %s", spec["path"], ResourceMetricsPath("n1"))
 					}
 					// Container start times since the epoch, as a kubelet's.
-					if text := fmt.Sprint(spec["metrics"]); !strings.Contains(text, "UnixSecond(pod.metadata.creationTimestamp)") || strings.Contains(text, "SinceSecond") {
-						t.Errorf("container start time is not an epoch time: %s", text)
+					values := map[string]string{}
+					for _, m := range spec["metrics"].([]any) {
+						m := m.(map[string]any)
+						values[m["name"].(string)], _ = m["value"].(string)
+					}
+					if v := values["container_start_time_seconds"]; v != "UnixSecond(pod.metadata.creationTimestamp)" {
+						t.Errorf("container start time %q is not an epoch time", v)
+					}
+					// A node uses its idle usage besides its pods'.
+					cpu, memory := values["node_cpu_usage_seconds_total"], values["node_memory_working_set_bytes"]
+					for _, want := range []string{`node.metadata.annotations["` + AnnotationIdleUsageCPU + `"]`, `Quantity("30m")`, "node.SinceSecond()", `node.CumulativeUsage("cpu")`} {
+						if !strings.Contains(cpu, want) {
+							t.Errorf("node CPU %q lacks %s", cpu, want)
+						}
+					}
+					for _, want := range []string{`node.metadata.annotations["` + AnnotationIdleUsageMemory + `"]`, `Quantity("128Mi")`, `node.Usage("memory")`} {
+						if !strings.Contains(memory, want) {
+							t.Errorf("node memory %q lacks %s", memory, want)
+						}
 					}
 					continue
 				}
@@ -230,11 +247,46 @@ func TestClusterDir(t *testing.T) {
 	}
 }
 
+func TestIdleUsage(t *testing.T) {
+	tests := []struct {
+		name        string
+		cpu, memory string // capacity; "" = none
+		wantCPU     string
+		wantMemory  string
+	}{
+		{"no capacity", "", "", "30m", "128Mi"},
+		{"cpu-small", "2", "8Gi", "32m", "160Mi"},
+		{"cpu-medium", "8", "32Gi", "38m", "256Mi"},
+		{"gpu-a100x1", "12", "170Gi", "42m", "808Mi"},
+		{"gpu-h100x8", "192", "2000Gi", "222m", "1Gi"},
+		{"bounded", "1000", "8Ti", "250m", "1Gi"},
+		{"a fraction of a CPU, memory not a whole MiB", "500m", "1000M", "30m", "131Mi"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			capacity := corev1.ResourceList{}
+			if tt.cpu != "" {
+				capacity[corev1.ResourceCPU] = resource.MustParse(tt.cpu)
+			}
+			if tt.memory != "" {
+				capacity[corev1.ResourceMemory] = resource.MustParse(tt.memory)
+			}
+			cpu, memory := IdleUsage(capacity)
+			if cpu.String() != tt.wantCPU || memory.String() != tt.wantMemory {
+				t.Errorf("IdleUsage = %s, %s; want %s, %s", cpu.String(), memory.String(), tt.wantCPU, tt.wantMemory)
+			}
+		})
+	}
+}
+
 func TestNodeFor(t *testing.T) {
 	tmpl := &corev1.Node{
 		ObjectMeta: metav1.ObjectMeta{Name: "demo-gpu-0", Labels: map[string]string{"nvidia.com/gpu.count": "8"}},
 		Spec:       corev1.NodeSpec{Taints: []corev1.Taint{{Key: "nvidia.com/gpu", Value: "present", Effect: corev1.TaintEffectNoSchedule}}},
-		Status:     corev1.NodeStatus{Allocatable: corev1.ResourceList{"nvidia.com/gpu": resource.MustParse("8")}},
+		Status: corev1.NodeStatus{
+			Capacity:    corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("96"), corev1.ResourceMemory: resource.MustParse("1Ti")},
+			Allocatable: corev1.ResourceList{"nvidia.com/gpu": resource.MustParse("8")},
+		},
 	}
 	cluster := nodeprovider.Cluster{Key: "default/demo", Name: "demo"}
 	node := nodeFor(cluster, nodeprovider.NodeSpec{MachineName: "gpu-abc", Template: tmpl})
@@ -252,6 +304,14 @@ func TestNodeFor(t *testing.T) {
 	}
 	if tmpl.Annotations != nil || tmpl.Spec.ProviderID != "" {
 		t.Error("nodeFor changed the template")
+	}
+	if cpu, mem := node.Annotations[AnnotationIdleUsageCPU], node.Annotations[AnnotationIdleUsageMemory]; cpu != "126m" || mem != "1Gi" {
+		t.Errorf("idle usage %s, %s; want 126m, 1Gi (of 96 CPUs and 1Ti)", cpu, mem)
+	}
+	own := tmpl.DeepCopy()
+	own.Annotations = map[string]string{AnnotationIdleUsageCPU: "1"}
+	if got := nodeFor(cluster, nodeprovider.NodeSpec{MachineName: "gpu-abc", Template: own}); got.Annotations[AnnotationIdleUsageCPU] != "1" || got.Annotations[AnnotationIdleUsageMemory] != "1Gi" {
+		t.Errorf("a template's own idle usage is not kept: %v", got.Annotations)
 	}
 	if !ours(node, cluster) {
 		t.Error("ours(node) = false for a node the provider made")

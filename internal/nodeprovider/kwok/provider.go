@@ -20,6 +20,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -543,7 +544,9 @@ func (p *Provider) getNode(ctx context.Context, client kubernetes.Interface, clu
 	return node, nil
 }
 
-// nodeFor returns the Node to create for spec.
+// nodeFor returns the Node to create for spec: the template, marked as
+// kwok's and this provider's, with its idle usage (IdleUsage of its
+// capacity, unless the template says).
 func nodeFor(cluster nodeprovider.Cluster, spec nodeprovider.NodeSpec) *corev1.Node {
 	node := spec.Template.DeepCopy()
 	node.ResourceVersion, node.UID = "", ""
@@ -553,6 +556,12 @@ func nodeFor(cluster nodeprovider.Cluster, spec nodeprovider.NodeSpec) *corev1.N
 	node.Annotations[AnnotationNode] = AnnotationNodeValue
 	node.Annotations[AnnotationMachine] = spec.MachineName
 	node.Annotations[AnnotationResourceMetricsPath] = ResourceMetricsPath(node.Name)
+	cpu, memory := IdleUsage(node.Status.Capacity)
+	for key, q := range map[string]resource.Quantity{AnnotationIdleUsageCPU: cpu, AnnotationIdleUsageMemory: memory} {
+		if _, set := node.Annotations[key]; !set {
+			node.Annotations[key] = q.String()
+		}
+	}
 	node.Spec.ProviderID = ProviderID(cluster.Name, node.Name)
 	return node
 }
