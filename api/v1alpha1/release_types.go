@@ -100,8 +100,11 @@ type ReleaseSource struct {
 	Values *apiextensionsv1.JSON `json:"values,omitempty"`
 
 	// ValuesFiles are Helm values files in the repository, merged in order
-	// before Values.
+	// before Values: paths relative to the repository root (not to Path),
+	// which may not leave it.
 	// +kubebuilder:validation:MaxItems=16
+	// +kubebuilder:validation:items:MaxLength=1024
+	// +kubebuilder:validation:XValidation:rule="self.all(f, !f.startsWith('/') && !f.contains('..'))",message="valuesFiles are relative to the repository root and may not contain '..'"
 	// +optional
 	ValuesFiles []string `json:"valuesFiles,omitempty"`
 
@@ -295,7 +298,7 @@ func init() {
 const (
 	// ConditionSourceReady is True when the source fetched and rendered;
 	// False names the problem (RepositoryUnreachable, RevisionNotFound,
-	// PathNotFound, RenderFailed, AuthFailed).
+	// PathNotFound, PathOutsideSource, RenderFailed, AuthFailed).
 	ConditionSourceReady = "SourceReady"
 	// ConditionPromoting is False when a stage rolled back (a sync did not
 	// become healthy, or a stage healthy with a revision turned unhealthy
@@ -313,18 +316,22 @@ const (
 	ReasonRevisionNotFound      = "RevisionNotFound"
 	ReasonAuthFailed            = "AuthFailed"
 	ReasonPathNotFound          = "PathNotFound"
-	ReasonRenderFailed          = "RenderFailed"
-	ReasonFetched               = "Fetched"
-	ReasonRolledBack            = "RolledBack"
-	ReasonSyncFailed            = "SyncFailed"
-	ReasonPromoted              = "Promoted"
-	ReasonWaiting               = "Waiting"
-	ReasonDriftDetected         = "DriftDetected"
-	ReasonDriftCorrected        = "DriftCorrected"
-	ReasonNoDrift               = "NoDrift"
-	ReasonSuspended             = "Suspended"
-	ReasonActive                = "Active"
-	ReasonUnhealthy             = "Unhealthy"
+	// ReasonPathOutsideSource: a path the Release or its source names
+	// (valuesFiles, a kustomization's resources, a chart's or a
+	// manifest's symbolic link) leads out of the repository.
+	ReasonPathOutsideSource = "PathOutsideSource"
+	ReasonRenderFailed      = "RenderFailed"
+	ReasonFetched           = "Fetched"
+	ReasonRolledBack        = "RolledBack"
+	ReasonSyncFailed        = "SyncFailed"
+	ReasonPromoted          = "Promoted"
+	ReasonWaiting           = "Waiting"
+	ReasonDriftDetected     = "DriftDetected"
+	ReasonDriftCorrected    = "DriftCorrected"
+	ReasonNoDrift           = "NoDrift"
+	ReasonSuspended         = "Suspended"
+	ReasonActive            = "Active"
+	ReasonUnhealthy         = "Unhealthy"
 )
 
 // Annotations on a Release.

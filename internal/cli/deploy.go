@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"net/url"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -142,7 +143,9 @@ func newDeployCmd(g *globals) *cobra.Command {
 		Long: `Render PATH (a manifest file or directory, a kustomization, or a Helm chart
 directory with --values and --set), apply it with server-side apply (field
 manager fke), CRDs and namespaces first, and wait until every object is
-Current. Each deploy is recorded as a revision of the release (--name,
+Current. Files PATH names (a kustomization's bases and patches, a chart's
+files, links) must lie inside its tree: the git work tree that holds PATH,
+else PATH's directory. Each deploy is recorded as a revision of the release (--name,
 default: the base name of PATH) in the cluster: see them with
 ` + "`fke releases`" + `, go back with ` + "`fke rollback`" + `. Exits 0 only when every object is ready;
 a problem that waiting will not cure (an image the registry says does not
@@ -171,7 +174,17 @@ node autoscaler's own decisions find them.`,
 			}
 			// Rendering comes before any connection, so that bad input is
 			// refused first: charts see the version fke runs by default.
-			rendered, err := deploy.Render(deploy.Source{Path: path, ValuesFiles: values, Set: set, ReleaseName: name, Namespace: ns, KubeVersion: versions.Default})
+			src := deploy.Source{Path: path, Set: set, ReleaseName: name, Namespace: ns, KubeVersion: versions.Default}
+			// The values files named here are the caller's own choice, read
+			// as they are; what PATH holds is content, read inside its tree.
+			for _, f := range values {
+				data, err := os.ReadFile(f)
+				if err != nil {
+					return fmt.Errorf("--values: %w; nothing was applied", err)
+				}
+				src.Values = append(src.Values, deploy.Values{Name: f, Data: data})
+			}
+			rendered, err := deploy.Render(src)
 			if err != nil {
 				return fmt.Errorf("%w; nothing was applied", err)
 			}

@@ -6,18 +6,14 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 
-	"helm.sh/helm/v3/pkg/chart/loader"
 	"helm.sh/helm/v3/pkg/chartutil"
 	"helm.sh/helm/v3/pkg/engine"
 	"helm.sh/helm/v3/pkg/strvals"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"sigs.k8s.io/kustomize/api/krusty"
-	"sigs.k8s.io/kustomize/kyaml/filesys"
 )
 
 // SourceKind is how a source is rendered.
@@ -34,14 +30,24 @@ const (
 	SourceHelm SourceKind = "helm"
 )
 
-// Source is what to render.
+// Source is what to render. Every file it reaches is read inside Root
+// (see PathError).
 type Source struct {
+	// Root is the source's tree. When it is set, Path and ValuesFiles are
+	// slash-separated paths relative to it; when it is "", Path is a path
+	// on disk and Root is SourceRoot(Path).
+	Root string
 	// Path is a manifest file or a directory.
 	Path string
-	// ValuesFiles are Helm values files, merged in order (later wins).
+	// ValuesFiles are Helm values files in the tree, merged in order (later
+	// wins).
 	ValuesFiles []string
+	// Values are values the caller read itself (files named on fke
+	// deploy's command line, a Release's inline values), merged after
+	// ValuesFiles in order.
+	Values []Values
 	// Set are Helm --set expressions (k=v, a.b=c, list={a,b}), applied
-	// after the values files.
+	// after the values.
 	Set []string
 	// ReleaseName and Namespace are the chart's .Release.Name and
 	// .Release.Namespace.
@@ -50,6 +56,13 @@ type Source struct {
 	// chart's kubeVersion constraint is checked against); "" means Helm's
 	// default.
 	KubeVersion string
+}
+
+// Values is one document of Helm values (YAML or JSON).
+type Values struct {
+	// Name says where they came from, in errors.
+	Name string
+	Data []byte
 }
 
 // Rendered is a rendered source.
@@ -83,19 +96,48 @@ func DetectKind(isDir bool, entries []string) SourceKind {
 
 var konfig = []string{"kustomization.yaml", "kustomization.yml", "Kustomization"}
 
+// NotFoundError says that the path to render is not in the source's tree;
+// it is fs.ErrNotExist for errors.Is.
+type NotFoundError struct{ Path string }
+
+func (e *NotFoundError) Error() string        { return fmt.Sprintf("source %s does not exist", e.Path) }
+func (e *NotFoundError) Is(target error) bool { return target == fs.ErrNotExist }
+
 // Render renders src. Nothing is sent anywhere; the errors name the file
-// (and line, template or values key) at fault.
+// (and line, template or values key) at fault, and a path that leaves the
+// source's tree is a *PathError.
 func Render(src Source) (*Rendered, error) {
-	st, err := os.Stat(src.Path)
+	root, shown := src.Root, src.Path
+	if root == "" {
+		var err error
+		if root, err = SourceRoot(src.Path); err != nil {
+			return nil, fmt.Errorf("reading source: %w", err)
+		}
+	}
+	t, err := openTree(root)
+	if err != nil {
+		return nil, err
+	}
+	defer t.Close()
+	var rel string
+	if src.Root == "" {
+		rel, err = t.rel("path", src.Path)
+	} else {
+		rel, err = local("path", src.Path)
+	}
+	if err != nil {
+		return nil, err
+	}
+	st, err := t.stat("path", rel)
 	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
-			return nil, fmt.Errorf("source %s does not exist", src.Path)
+			return nil, &NotFoundError{Path: shown}
 		}
 		return nil, fmt.Errorf("reading source: %w", err)
 	}
 	var entries []string
 	if st.IsDir() {
-		des, err := os.ReadDir(src.Path)
+		des, err := fs.ReadDir(t.root.FS(), filepath.ToSlash(rel))
 		if err != nil {
 			return nil, fmt.Errorf("reading source: %w", err)
 		}
@@ -104,108 +146,108 @@ func Render(src Source) (*Rendered, error) {
 		}
 	}
 	kind := DetectKind(st.IsDir(), entries)
-	if kind != SourceHelm && (len(src.ValuesFiles) > 0 || len(src.Set) > 0) {
-		return nil, fmt.Errorf("--values and --set apply to Helm charts; %s is %s", src.Path, kind)
+	if kind != SourceHelm && (len(src.ValuesFiles) > 0 || len(src.Values) > 0 || len(src.Set) > 0) {
+		return nil, fmt.Errorf("--values and --set apply to Helm charts; %s is %s", shown, kind)
+	}
+	values, err := readValuesFiles(t, src.ValuesFiles)
+	if err != nil {
+		return nil, err
 	}
 	r := &Rendered{Kind: kind}
 	switch kind {
 	case SourceHelm:
-		r.Objects, err = renderChart(src)
+		r.Objects, err = renderChart(t, rel, shown, src, values)
 	case SourceKustomize:
-		r.Objects, err = renderKustomization(src.Path)
+		r.Objects, err = renderKustomization(t, rel)
 	default:
-		r.Objects, err = renderManifests(src.Path, st.IsDir())
+		r.Objects, err = renderManifests(t, rel)
 	}
 	if err != nil {
 		return nil, err
 	}
 	if len(r.Objects) == 0 {
-		return nil, fmt.Errorf("source %s holds no objects", src.Path)
+		return nil, fmt.Errorf("source %s holds no objects", shown)
 	}
-	if r.Digest, err = digest(src); err != nil {
+	if r.Digest, err = digest(t, rel, append(values, src.Values...), src.Set); err != nil {
 		return nil, err
 	}
 	return r, nil
 }
 
-func manifestFiles(root string, isDir bool) ([]string, error) {
-	if !isDir {
-		return []string{root}, nil
-	}
-	var files []string
-	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		if d.IsDir() && p != root && strings.HasPrefix(d.Name(), ".") {
-			return filepath.SkipDir
-		}
-		switch filepath.Ext(p) {
-		case ".yaml", ".yml", ".json":
-			if !d.IsDir() {
-				files = append(files, p)
-			}
-		}
-		return nil
-	})
-	return files, err
-}
-
-func renderManifests(root string, isDir bool) ([]*unstructured.Unstructured, error) {
-	files, err := manifestFiles(root, isDir)
-	if err != nil {
-		return nil, fmt.Errorf("reading source: %w", err)
-	}
-	var out []*unstructured.Unstructured
-	for _, f := range files {
-		data, err := os.ReadFile(f)
-		if err != nil {
-			return nil, fmt.Errorf("reading source: %w", err)
-		}
-		objs, err := ParseManifests(f, data)
+// readValuesFiles reads the values files in the tree, each checked and
+// named by its index.
+func readValuesFiles(t *tree, files []string) ([]Values, error) {
+	var out []Values
+	for i, f := range files {
+		field := fmt.Sprintf("valuesFiles[%d]", i)
+		rel, err := local(field, f)
 		if err != nil {
 			return nil, err
 		}
-		out = append(out, objs...)
+		data, err := t.readFile(field, rel)
+		if err != nil {
+			var pe *PathError
+			if errors.As(err, &pe) {
+				pe.Path = f
+				return nil, pe
+			}
+			if errors.Is(err, fs.ErrNotExist) {
+				return nil, fmt.Errorf("%s: values file %s does not exist", field, f)
+			}
+			return nil, fmt.Errorf("%s: %w", field, err)
+		}
+		out = append(out, Values{Name: f, Data: data})
 	}
 	return out, nil
 }
 
-func renderKustomization(dir string) ([]*unstructured.Unstructured, error) {
-	k := krusty.MakeKustomizer(krusty.MakeDefaultOptions())
-	rm, err := k.Run(filesys.MakeFsOnDisk(), dir)
-	if err != nil {
-		return nil, fmt.Errorf("kustomization %s does not build: %w", dir, err)
-	}
+func renderManifests(t *tree, rel string) ([]*unstructured.Unstructured, error) {
 	var out []*unstructured.Unstructured
-	for _, res := range rm.Resources() {
-		m, err := res.Map()
+	st, err := t.stat("path", rel)
+	if err != nil {
+		return nil, err
+	}
+	if !st.IsDir() {
+		data, err := t.readFile("path", rel)
 		if err != nil {
-			return nil, fmt.Errorf("kustomization %s: %s: %w", dir, res.CurId(), err)
+			return nil, fmt.Errorf("reading source: %w", err)
 		}
-		objs, err := toObjects(m)
+		return ParseManifests(filepath.ToSlash(rel), data)
+	}
+	err = t.walkFiles(rel, func(p string, data []byte) error {
+		switch filepath.Ext(p) {
+		case ".yaml", ".yml", ".json":
+		default:
+			return nil
+		}
+		objs, err := ParseManifests(filepath.ToSlash(p), data)
 		if err != nil {
-			return nil, fmt.Errorf("kustomization %s: %s: %w", dir, res.CurId(), err)
+			return err
 		}
 		out = append(out, objs...)
-	}
-	return out, nil
+		return nil
+	})
+	return out, err
 }
 
 // renderChart renders a chart's templates with its values, the values
 // files and the --set expressions, as `helm template` does (no cluster is
 // asked; lookup returns nothing). CRDs of the chart's crds/ directory come
 // first.
-func renderChart(src Source) ([]*unstructured.Unstructured, error) {
-	ch, err := loader.Load(src.Path)
+func renderChart(t *tree, rel, shown string, src Source, valuesFiles []Values) ([]*unstructured.Unstructured, error) {
+	ch, err := loadChart(t, rel)
 	if err != nil {
-		return nil, fmt.Errorf("chart %s does not load: %w", src.Path, err)
+		var pe *PathError
+		if errors.As(err, &pe) {
+			return nil, pe
+		}
+		return nil, fmt.Errorf("chart %s does not load: %w", shown, err)
 	}
 	vals := map[string]any{}
-	for _, f := range src.ValuesFiles {
-		v, err := chartutil.ReadValuesFile(f)
+	for _, f := range append(valuesFiles, src.Values...) {
+		v, err := chartutil.ReadValues(f.Data)
 		if err != nil {
-			return nil, fmt.Errorf("values file %s: %w", f, err)
+			return nil, fmt.Errorf("values file %s: %w", f.Name, err)
 		}
 		vals = mergeValues(vals, v.AsMap())
 	}
@@ -226,16 +268,16 @@ func renderChart(src Source) ([]*unstructured.Unstructured, error) {
 		}
 		caps.KubeVersion = *kv
 		if want := ch.Metadata.KubeVersion; want != "" && !chartutil.IsCompatibleRange(want, kv.String()) {
-			return nil, fmt.Errorf("chart %s requires kubeVersion %s, which is incompatible with Kubernetes %s", src.Path, want, kv)
+			return nil, fmt.Errorf("chart %s requires kubeVersion %s, which is incompatible with Kubernetes %s", shown, want, kv)
 		}
 	}
 	rv, err := chartutil.ToRenderValues(ch, vals, chartutil.ReleaseOptions{Name: name, Namespace: src.Namespace, Revision: 1, IsInstall: true}, caps)
 	if err != nil {
-		return nil, fmt.Errorf("chart %s: values: %w", src.Path, err)
+		return nil, fmt.Errorf("chart %s: values: %w", shown, err)
 	}
 	files, err := engine.Render(ch, rv)
 	if err != nil {
-		return nil, fmt.Errorf("chart %s does not render: %w", src.Path, err)
+		return nil, fmt.Errorf("chart %s does not render: %w", shown, err)
 	}
 	var out []*unstructured.Unstructured
 	for _, crd := range ch.CRDObjects() {
@@ -257,7 +299,7 @@ func renderChart(src Source) ([]*unstructured.Unstructured, error) {
 		}
 		objs, err := ParseManifests(n, []byte(files[n]))
 		if err != nil {
-			return nil, fmt.Errorf("chart %s renders invalid YAML: %w", src.Path, err)
+			return nil, fmt.Errorf("chart %s renders invalid YAML: %w", shown, err)
 		}
 		out = append(out, objs...)
 	}
@@ -279,51 +321,27 @@ func mergeValues(dst, src map[string]any) map[string]any {
 	return dst
 }
 
-// digest hashes the source's files (names and contents, in lexical
-// order), the values files and the --set expressions.
-func digest(src Source) (string, error) {
+// digest hashes the source's files (names relative to the source's path
+// and contents, in lexical order), the values and the --set expressions.
+func digest(t *tree, rel string, values []Values, set []string) (string, error) {
 	h := sha256.New()
-	add := func(p string) error {
-		data, err := os.ReadFile(p)
+	err := t.walkFiles(rel, func(p string, data []byte) error {
+		name, err := filepath.Rel(rel, p)
 		if err != nil {
 			return err
 		}
-		fmt.Fprintf(h, "%s\x00%d\x00", filepath.ToSlash(p), len(data))
-		h.Write(data)
-		return nil
-	}
-	root := src.Path
-	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		if d.IsDir() {
-			if p != root && strings.HasPrefix(d.Name(), ".") {
-				return filepath.SkipDir
-			}
-			return nil
-		}
-		rel, err := filepath.Rel(root, p)
-		if err != nil {
-			return err
-		}
-		data, err := os.ReadFile(p)
-		if err != nil {
-			return err
-		}
-		fmt.Fprintf(h, "%s\x00%d\x00", filepath.ToSlash(rel), len(data))
+		fmt.Fprintf(h, "%s\x00%d\x00", filepath.ToSlash(name), len(data))
 		h.Write(data)
 		return nil
 	})
 	if err != nil {
 		return "", fmt.Errorf("hashing source: %w", err)
 	}
-	for _, f := range src.ValuesFiles {
-		if err := add(f); err != nil {
-			return "", fmt.Errorf("hashing values: %w", err)
-		}
+	for _, v := range values {
+		fmt.Fprintf(h, "%s\x00%d\x00", filepath.ToSlash(v.Name), len(v.Data))
+		h.Write(v.Data)
 	}
-	for _, s := range src.Set {
+	for _, s := range set {
 		fmt.Fprintf(h, "set\x00%s\x00", s)
 	}
 	return "sha256:" + hex.EncodeToString(h.Sum(nil)), nil

@@ -2,8 +2,6 @@ package deploy
 
 import (
 	"errors"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -85,10 +83,7 @@ func names(r *Rendered) string {
 }
 
 func TestRender(t *testing.T) {
-	vals := filepath.Join(t.TempDir(), "prod.yaml")
-	if err := os.WriteFile(vals, []byte("replicas: 3\nimage: registry.local/web:2\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	vals := Values{Name: "prod.yaml", Data: []byte("replicas: 3\nimage: registry.local/web:2\n")}
 	tests := []struct {
 		name    string
 		src     Source
@@ -107,7 +102,7 @@ func TestRender(t *testing.T) {
 			}},
 		{name: "chart with its defaults", src: Source{Path: "testdata/chart", ReleaseName: "shop", KubeVersion: "v1.37.2"}, kind: SourceHelm, want: "Deployment/shop",
 			check: func(t *testing.T, r *Rendered) { wantReplicas(t, r, 1, "registry.local/web:1") }},
-		{name: "chart with values and --set", src: Source{Path: "testdata/chart", ReleaseName: "shop", ValuesFiles: []string{vals}, Set: []string{"replicas=5"}, KubeVersion: "v1.37.2"}, kind: SourceHelm, want: "Deployment/shop",
+		{name: "chart with values and --set", src: Source{Path: "testdata/chart", ReleaseName: "shop", Values: []Values{vals}, Set: []string{"replicas=5"}, KubeVersion: "v1.37.2"}, kind: SourceHelm, want: "Deployment/shop",
 			check: func(t *testing.T, r *Rendered) { wantReplicas(t, r, 5, "registry.local/web:2") }},
 		{name: "chart whose kubeVersion the cluster does not meet", src: Source{Path: "testdata/chart", KubeVersion: "v1.29.0"}, wantErr: "incompatible with Kubernetes v1.29.0"},
 		{name: "missing path", src: Source{Path: "testdata/nothing"}, wantErr: "source testdata/nothing does not exist"},

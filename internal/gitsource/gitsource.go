@@ -27,6 +27,8 @@ import (
 	"github.com/go-git/go-git/v5/plumbing/transport/server"
 	gitssh "github.com/go-git/go-git/v5/plumbing/transport/ssh"
 	"github.com/go-git/go-git/v5/storage/filesystem"
+
+	"fke.dev/fke/internal/confine"
 )
 
 func init() {
@@ -71,6 +73,9 @@ var (
 	ErrAuth = errors.New("repository refused the credentials")
 	// ErrRevisionNotFound: no branch, tag or commit has that name.
 	ErrRevisionNotFound = errors.New("revision not found")
+	// ErrOutsideTree: a commit's tree holds a path that would be written
+	// out of the export (a file below a link that leaves it).
+	ErrOutsideTree = errors.New("path leaves the repository")
 )
 
 // Repo is a cached clone of one repository in Dir.
@@ -238,45 +243,59 @@ func (r Repo) Export(hash, dst string) error {
 	if err := os.MkdirAll(dst, 0o700); err != nil {
 		return err
 	}
-	return tree.Files().ForEach(func(f *object.File) error { return writeFile(dst, f) })
-}
-
-func writeFile(dst string, f *object.File) error {
-	path := filepath.Join(dst, filepath.FromSlash(f.Name))
-	if !strings.HasPrefix(path, filepath.Clean(dst)+string(filepath.Separator)) {
-		return fmt.Errorf("file %q leaves the repository", f.Name)
-	}
-	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+	// Everything is written through the export's root: a file whose path
+	// runs through one of the commit's links cannot land outside it.
+	// Links are written as the commit has them, whatever their target;
+	// whoever reads the export opens it with os.Root too, and a link that
+	// leaves it is refused when something reads it.
+	root, err := os.OpenRoot(dst)
+	if err != nil {
 		return err
 	}
-	if f.Mode != filemode.Symlink {
-		mode := os.FileMode(0o600)
-		if fm, err := f.Mode.ToOSFileMode(); err == nil && fm&0o100 != 0 {
-			mode = 0o700
-		}
-		rd, err := f.Reader()
-		if err != nil {
-			return fmt.Errorf("reading %s: %w", f.Name, err)
-		}
-		defer rd.Close()
-		out, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, mode)
-		if err != nil {
-			return err
-		}
-		if _, err := io.Copy(out, rd); err != nil {
-			out.Close()
-			return fmt.Errorf("writing %s: %w", f.Name, err)
-		}
-		return out.Close()
+	defer root.Close()
+	return tree.Files().ForEach(func(f *object.File) error { return writeFile(root, f) })
+}
+
+func writeFile(root *os.Root, f *object.File) error {
+	name := filepath.FromSlash(f.Name)
+	if !filepath.IsLocal(name) {
+		return fmt.Errorf("%w: %q", ErrOutsideTree, f.Name)
 	}
-	// A symbolic link: its target is the blob's content.
-	target, err := f.Contents()
+	if err := root.MkdirAll(filepath.Dir(name), 0o700); err != nil {
+		return outside(f.Name, err)
+	}
+	if f.Mode == filemode.Symlink {
+		target, err := f.Contents()
+		if err != nil {
+			return fmt.Errorf("reading link %s: %w", f.Name, err)
+		}
+		return outside(f.Name, root.Symlink(target, name))
+	}
+	mode := os.FileMode(0o600)
+	if fm, err := f.Mode.ToOSFileMode(); err == nil && fm&0o100 != 0 {
+		mode = 0o700
+	}
+	rd, err := f.Reader()
 	if err != nil {
-		return fmt.Errorf("reading link %s: %w", f.Name, err)
+		return fmt.Errorf("reading %s: %w", f.Name, err)
 	}
-	resolved := filepath.Join(filepath.Dir(path), target)
-	if filepath.IsAbs(target) || !strings.HasPrefix(resolved, filepath.Clean(dst)+string(filepath.Separator)) {
-		return fmt.Errorf("link %s points outside the repository (%s)", f.Name, target)
+	defer rd.Close()
+	out, err := root.OpenFile(name, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, mode)
+	if err != nil {
+		return outside(f.Name, err)
 	}
-	return os.Symlink(target, path)
+	if _, err := io.Copy(out, rd); err != nil {
+		out.Close()
+		return fmt.Errorf("writing %s: %w", f.Name, err)
+	}
+	return out.Close()
+}
+
+// outside wraps os.Root's refusal of a path that leaves the export in
+// ErrOutsideTree.
+func outside(name string, err error) error {
+	if confine.Escapes(err) {
+		return fmt.Errorf("%w: %q runs through a link out of the repository", ErrOutsideTree, name)
+	}
+	return err
 }

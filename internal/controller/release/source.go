@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
@@ -136,6 +137,8 @@ func classify(err error) error {
 		return &sourceError{fkev1.ReasonRevisionNotFound, err}
 	case errors.Is(err, gitsource.ErrUnreachable):
 		return &sourceError{fkev1.ReasonRepositoryUnreachable, err}
+	case errors.Is(err, gitsource.ErrOutsideTree):
+		return &sourceError{fkev1.ReasonPathOutsideSource, err}
 	}
 	return err
 }
@@ -180,27 +183,24 @@ func (r *Reconciler) render(ctx context.Context, rel *fkev1.Release, commit, pat
 		return nil, classify(err)
 	}
 	src := rel.Spec.Source
-	full := filepath.Join(root, filepath.FromSlash(path))
-	if _, err := os.Stat(full); err != nil {
-		return nil, &sourceError{fkev1.ReasonPathNotFound, fmt.Errorf("path %s does not exist in revision %s", path, promotion.Short(commit))}
-	}
-	// Charts see the Kubernetes version fke runs, as with fke deploy.
-	in := deploy.Source{Path: full, Set: src.Set, ReleaseName: rel.Name, Namespace: rel.Spec.Namespace, KubeVersion: versions.Default}
-	for _, f := range src.ValuesFiles {
-		in.ValuesFiles = append(in.ValuesFiles, filepath.Join(root, filepath.FromSlash(f)))
-	}
+	// Every path is read inside the export (deploy.Render opens it with
+	// os.Root): a values file, a base or a link that leads out of the
+	// repository is refused, never read.
+	in := deploy.Source{Root: root, Path: path, ValuesFiles: src.ValuesFiles, Set: src.Set, ReleaseName: rel.Name, Namespace: rel.Spec.Namespace, KubeVersion: versions.Default}
 	if src.Values != nil && len(src.Values.Raw) > 0 && string(src.Values.Raw) != "null" {
-		vf := filepath.Join(tmp, "values.json")
-		if err := os.WriteFile(vf, src.Values.Raw, 0o600); err != nil {
-			return nil, err
-		}
-		in.ValuesFiles = append(in.ValuesFiles, vf)
+		in.Values = []deploy.Values{{Name: "spec.source.values", Data: src.Values.Raw}}
 	}
 	out, err := deploy.Render(in)
+	var pe *deploy.PathError
+	if errors.As(err, &pe) {
+		return nil, &sourceError{fkev1.ReasonPathOutsideSource, fmt.Errorf("revision %s: %w", promotion.Short(commit), pe)}
+	}
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, &sourceError{fkev1.ReasonPathNotFound, fmt.Errorf("path %s does not exist in revision %s", path, promotion.Short(commit))}
+	}
 	if err != nil {
 		// The error names files in the export; name them in the repository.
 		msg := strings.ReplaceAll(err.Error(), root+string(filepath.Separator), "")
-		msg = strings.ReplaceAll(msg, tmp+string(filepath.Separator), "")
 		return nil, &sourceError{fkev1.ReasonRenderFailed, fmt.Errorf("revision %s does not render: %s", promotion.Short(commit), msg)}
 	}
 	return out, nil
