@@ -14,7 +14,7 @@ export CGO_CFLAGS ?= -O2 -g -Wno-deprecated-declarations
 BUILD_TAGS := kustomize_disable_go_plugin_support
 export GOFLAGS := $(strip $(GOFLAGS) -tags=$(BUILD_TAGS))
 
-.PHONY: help all build binaries generate chart-crds generate-tenant-crds manifests test test-unit test-integration test-e2e demo bench vet clean
+.PHONY: help all build binaries demo-binaries generate chart-crds generate-tenant-crds manifests test test-unit test-integration test-e2e demo bench vet clean
 
 help: ## list the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
@@ -27,6 +27,14 @@ build: ## build fke, fke-manager, fke-gpu-agent, fke-gpu-metrics, fke-vpa, fke-p
 
 binaries: ## build kube-apiserver, kube-controller-manager, kube-scheduler, kubelet, kubectl, kube-proxy, etcd, etcdutl, kwok, registry, coredns, metrics-server, kueue (for its e2e test) and fke-kube-plane (one-process tenant control planes) into _output/bin, and the v1.36 components into _output/bin/v1.36.3 (skips current ones)
 	@hack/k8s/build.sh $(BIN)
+
+# What the demo runs: not the older minor's components (clusters on it, and
+# upgrades from it) nor Kueue (its end-to-end test only); `make test` and
+# `make binaries` build those.
+DEMO_BINARIES := etcd etcdutl kube-apiserver kube-controller-manager kube-scheduler kubelet kubectl kube-proxy kwok registry coredns metrics-server fke-kube-plane
+
+demo-binaries: ## build only the upstream binaries the demo runs
+	@hack/k8s/build.sh $(BIN) $(DEMO_BINARIES)
 
 $(CONTROLLER_GEN): hack/tools/go.mod hack/tools/go.sum
 	@mkdir -p $(dir $@)
@@ -72,7 +80,7 @@ test: build binaries ## every test: unit, integration and e2e against the real b
 	cd hack/k8s/plane && CGO_ENABLED=0 $(GO) test -trimpath -count=1 ./...
 	$(GO) test -count=1 -timeout 45m ./... 
 
-demo: build binaries ## the demo: a GPU cluster that autoscales
+demo: build demo-binaries ## the demo: a GPU cluster that autoscales
 	hack/demo.sh
 
 bench: build binaries ## benchmarks; see bench/README.md

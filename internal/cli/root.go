@@ -59,7 +59,7 @@ func NewRoot() *cobra.Command {
 	root.PersistentFlags().StringVarP(&g.namespace, "namespace", "n", "default", "management namespace of clusters and node pools")
 	root.AddCommand(
 		newUpCmd(g), newDownCmd(g), newStatusCmd(g),
-		newClusterCmd(g), newKubeconfigCmd(g), newNodePoolCmd(g), newInstanceTypesCmd(g), newVersionsCmd(g),
+		newClusterCmd(g), newKubeconfigCmd(g), newNodePoolCmd(g), newInstanceTypesCmd(g), newVersionsCmd(g), newVersionCmd(g),
 		newImageCmd(g), newDaemonCmd(g), newManagerCmd(g), newDoctorCmd(g), newNodeCmd(g),
 		newDeployCmd(g), newRollbackCmd(g), newReleasesCmd(g), newReleaseCmd(g),
 	)

@@ -159,3 +159,39 @@ func TestRenderDefaultRoot(t *testing.T) {
 		t.Errorf("SourceRoot %q %v, want the work tree", root, err)
 	}
 }
+
+// FuzzLocal: a path local accepts names a file inside the root, whatever
+// its dots, slashes and separators; one it refuses is a PathError.
+func FuzzLocal(f *testing.F) {
+	for _, s := range []string{"", ".", "a/b", "../x", "a/../../x", "/etc/passwd", "a/./b/../c", "..", "a/..", `..\x`, "a//b/", "a/.../b"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, p string) {
+		rel, err := local("valuesFiles[0]", p)
+		if err != nil {
+			var pe *PathError
+			if !errors.As(err, &pe) || pe.Field != "valuesFiles[0]" || pe.Path == "" {
+				t.Fatalf("local(%q): %v, want a PathError naming the field", p, err)
+			}
+			return
+		}
+		root := "/srv/root"
+		full := filepath.Join(root, rel)
+		if full != root && !strings.HasPrefix(full, root+string(filepath.Separator)) {
+			t.Fatalf("local(%q) = %q, which is %s: outside the root", p, rel, full)
+		}
+	})
+}
+
+// FuzzRemote: whatever kustomize would fetch (a URL of any scheme, an
+// scp-style remote) remote says is remote.
+func FuzzRemote(f *testing.F) {
+	for _, s := range []string{"https://h/x.yaml", "ssh://git@h/r.git", "git@h:org/r.git", "github.com/org/r", "file:///srv/r", "base", "../base"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, p string) {
+		if strings.Contains(p, "://") && !remote(p) {
+			t.Fatalf("remote(%q) is false for a URL", p)
+		}
+	})
+}
