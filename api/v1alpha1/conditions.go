@@ -1,5 +1,10 @@
 package v1alpha1
 
+// NodeConditionGPUHealthMonitorFailed is the condition the GPU agent sets
+// on its tenant Node while it cannot watch its GPUs' health; the machine
+// controller reads it into the Machine's GPUReady.
+const NodeConditionGPUHealthMonitorFailed = "GPUHealthMonitorFailed"
+
 // Condition types. Every status carries metav1.Condition values with these types.
 const (
 	// ConditionReady summarises an object: True when it does what its spec asks.

@@ -8,7 +8,7 @@ import (
 	"text/tabwriter"
 
 	"fke.dev/fke/internal/gpu/config"
-	"fke.dev/fke/internal/gpu/driver"
+	"fke.dev/fke/internal/gpu/hostlib"
 	"fke.dev/fke/internal/gpu/nvml"
 )
 
@@ -64,7 +64,7 @@ func discover(ctx context.Context, cfg config.Config) (lib nvml.Interface, sys n
 	}
 	if _, isMock := cfg.MockName(); !isMock && cfg.DevicePlugin.DriverRoot != "/" {
 		// In a container: load the host's NVML from where the host is mounted.
-		path, perr := driver.LibraryPath(cfg.DevicePlugin.DriverRoot, "libnvidia-ml.so.1")
+		path, perr := hostlib.LibraryPath(cfg.DevicePlugin.DriverRoot, "libnvidia-ml.so.1")
 		if perr != nil {
 			return nil, sys, nil, &nvml.ErrNoDriver{Err: perr}
 		}

@@ -23,6 +23,9 @@ import (
 	"fke.dev/fke/internal/gpu/nvml"
 )
 
+// The Node status is what the device plugin checks its allocatable against.
+var _ deviceplugin.AllocatableSource = node.Allocatable{}
+
 func runAgent(cmd *cobra.Command, o *options, flagged *config.Config) error {
 	log, err := newLogger(o)
 	if err != nil {

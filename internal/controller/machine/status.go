@@ -7,7 +7,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	fkev1 "fke.dev/fke/api/v1alpha1"
-	gpunode "fke.dev/fke/internal/gpu/node"
 	"fke.dev/fke/internal/nodetemplate"
 	"fke.dev/fke/internal/nodeutil"
 )
@@ -74,7 +73,7 @@ func monitorFailed(node *corev1.Node) bool {
 
 func monitorMessage(node *corev1.Node) string {
 	for _, c := range node.Status.Conditions {
-		if c.Type == gpunode.ConditionMonitorFailed && c.Status == corev1.ConditionTrue {
+		if string(c.Type) == fkev1.NodeConditionGPUHealthMonitorFailed && c.Status == corev1.ConditionTrue {
 			if c.Message == "" {
 				return c.Reason
 			}

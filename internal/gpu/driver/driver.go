@@ -23,6 +23,7 @@ import (
 	"strconv"
 	"strings"
 
+	"fke.dev/fke/internal/gpu/hostlib"
 	"fke.dev/fke/internal/gpu/nvml"
 )
 
@@ -160,7 +161,7 @@ func Discover(root string, devs []nvml.Device) (*Driver, error) {
 	for _, t := range tools {
 		for _, dir := range toolDirs {
 			p := path.Join(dir, t)
-			if real, err := resolve(root, p); err == nil && isELF(filepath.Join(root, real)) {
+			if real, err := hostlib.Resolve(root, p); err == nil && isELF(filepath.Join(root, real)) {
 				d.Tools = append(d.Tools, Mount{HostPath: real, ContainerPath: path.Join("/usr/bin", t)})
 				break
 			}
@@ -171,7 +172,7 @@ func Discover(root string, devs []nvml.Device) (*Driver, error) {
 
 // libraries returns the driver's libraries listed in root's loader cache.
 func libraries(root string) ([]Mount, error) {
-	entries, err := ReadCache(filepath.Join(root, "etc", "ld.so.cache"))
+	entries, err := hostlib.ReadCache(filepath.Join(root, "etc", "ld.so.cache"))
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
 	}
@@ -184,7 +185,7 @@ func libraries(root string) ([]Mount, error) {
 		if !e.Native() || seen[e.Path] || !isDriverLibrary(e.Name) {
 			continue
 		}
-		real, err := resolve(root, e.Path)
+		real, err := hostlib.Resolve(root, e.Path)
 		if err != nil {
 			continue // a stale cache entry
 		}
@@ -265,90 +266,4 @@ func isELF(p string) bool {
 func exists(root, p string) bool {
 	_, err := os.Stat(filepath.Join(root, p))
 	return err == nil
-}
-
-// resolve follows the symlinks of host path p inside root (absolute link
-// targets are host paths) and returns the host path of the regular file it
-// names.
-func resolve(root, p string) (string, error) {
-	for hops := 0; hops < 40; hops++ {
-		dir, err := resolveDir(root, path.Dir(p))
-		if err != nil {
-			return "", err
-		}
-		p = path.Join(dir, path.Base(p))
-		fi, err := os.Lstat(filepath.Join(root, p))
-		if err != nil {
-			return "", err
-		}
-		if fi.Mode()&fs.ModeSymlink == 0 {
-			if !fi.Mode().IsRegular() {
-				return "", fmt.Errorf("%s is not a regular file", p)
-			}
-			return p, nil
-		}
-		target, err := os.Readlink(filepath.Join(root, p))
-		if err != nil {
-			return "", err
-		}
-		if !path.IsAbs(target) {
-			target = path.Join(path.Dir(p), target)
-		}
-		p = path.Clean(target)
-	}
-	return "", fmt.Errorf("%s: too many levels of symbolic links", p)
-}
-
-// resolveDir resolves the symlinks among dir's components inside root
-// (e.g. /lib -> usr/lib on merged-/usr hosts).
-func resolveDir(root, dir string) (string, error) {
-	out := "/"
-	parts := strings.Split(strings.Trim(path.Clean(dir), "/"), "/")
-	hops := 0
-	for i := 0; i < len(parts); i++ {
-		if parts[i] == "" {
-			continue
-		}
-		next := path.Join(out, parts[i])
-		fi, err := os.Lstat(filepath.Join(root, next))
-		if err != nil {
-			return "", err
-		}
-		if fi.Mode()&fs.ModeSymlink == 0 {
-			out = next
-			continue
-		}
-		target, err := os.Readlink(filepath.Join(root, next))
-		if err != nil {
-			return "", err
-		}
-		if path.IsAbs(target) {
-			out = "/"
-		}
-		if hops++; hops > 40 {
-			return "", fmt.Errorf("%s: too many levels of symbolic links", dir)
-		}
-		parts = append(strings.Split(strings.Trim(path.Clean(target), "/"), "/"), parts[i+1:]...)
-		i = -1
-	}
-	return out, nil
-}
-
-// LibraryPath returns where, seen from this process, the native library
-// soname of the host at root is (e.g. libnvidia-ml.so.1 for an agent in a
-// container that must load the host's NVML from /host).
-func LibraryPath(root, soname string) (string, error) {
-	entries, err := ReadCache(filepath.Join(root, "etc", "ld.so.cache"))
-	if err != nil {
-		return "", err
-	}
-	for _, e := range entries {
-		if e.Name != soname || !e.Native() {
-			continue
-		}
-		if real, err := resolve(root, e.Path); err == nil {
-			return filepath.Join(root, real), nil
-		}
-	}
-	return "", fmt.Errorf("%s is not in the loader cache of %s", soname, root)
 }

@@ -7,6 +7,7 @@ import (
 	"reflect"
 	"testing"
 
+	"fke.dev/fke/internal/gpu/hostlib"
 	"fke.dev/fke/internal/gpu/nvml"
 )
 
@@ -54,10 +55,10 @@ func hostRoot(t *testing.T) string {
 	file("/usr/bin/nvidia-smi", "#!/bin/sh\nexec /usr/local/nvidia/bin/nvidia-smi \"$@\"\n")
 	file("/usr/local/nvidia/bin/nvidia-smi", elf.ELFMAG+"smi")
 	file("/usr/bin/nvidia-debugdump", "#!/bin/sh\n")
-	arch := flagELFLibc6 | nativeArch()
-	cache := encodeCache([]CacheEntry{
+	arch := hostlib.NativeFlags()
+	cache := hostlib.EncodeCache([]hostlib.CacheEntry{
 		{Name: "libcuda.so.1", Path: "/lib/x86_64-linux-gnu/libcuda.so.1", Flags: arch},
-		{Name: "libcuda.so.1", Path: "/usr/lib/i386-linux-gnu/libcuda.so.1", Flags: flagELFLibc6},
+		{Name: "libcuda.so.1", Path: "/usr/lib/i386-linux-gnu/libcuda.so.1", Flags: 0x0003}, // libc6 ELF, no architecture bits: not this process's
 		{Name: "libnvidia-ml.so.1", Path: "/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1", Flags: arch},
 		{Name: "libnvidia-gone.so.1", Path: "/usr/lib/x86_64-linux-gnu/libnvidia-gone.so.1", Flags: arch},
 		{Name: "libz.so.1", Path: "/usr/lib/x86_64-linux-gnu/libz.so.1", Flags: arch},
@@ -159,11 +160,11 @@ func TestEdits(t *testing.T) {
 
 func TestLibraryPath(t *testing.T) {
 	root := hostRoot(t)
-	got, err := LibraryPath(root, "libnvidia-ml.so.1")
+	got, err := hostlib.LibraryPath(root, "libnvidia-ml.so.1")
 	if want := filepath.Join(root, "/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.560.35.03"); err != nil || got != want {
 		t.Errorf("LibraryPath = %q, %v; want %q", got, err, want)
 	}
-	if got, err := LibraryPath(root, "libnvidia-nothing.so.1"); err == nil {
+	if got, err := hostlib.LibraryPath(root, "libnvidia-nothing.so.1"); err == nil {
 		t.Errorf("a library not in the cache: %q, no error", got)
 	}
 }
@@ -175,7 +176,7 @@ func TestResolve(t *testing.T) {
 		{"/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1", "/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.560.35.03"},
 		{"/usr/bin/nvidia-smi", "/usr/bin/nvidia-smi"},
 	} {
-		if got, err := resolve(root, tc.in); err != nil || got != tc.want {
+		if got, err := hostlib.Resolve(root, tc.in); err != nil || got != tc.want {
 			t.Errorf("resolve(%s) = %q, %v; want %q", tc.in, got, err, tc.want)
 		}
 	}
@@ -184,12 +185,12 @@ func TestResolve(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, p := range []string{"/loop", "/loop/x", "/usr/lib/x86_64-linux-gnu/nothing"} {
-		if got, err := resolve(root, p); err == nil {
+		if got, err := hostlib.Resolve(root, p); err == nil {
 			t.Errorf("resolve(%s) = %q, want an error", p, got)
 		}
 	}
 	// A directory is not a library.
-	if _, err := resolve(root, "/usr/lib"); err == nil {
+	if _, err := hostlib.Resolve(root, "/usr/lib"); err == nil {
 		t.Error("resolve of a directory: no error")
 	}
 }

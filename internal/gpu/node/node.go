@@ -19,7 +19,7 @@ import (
 	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/utils/clock"
 
-	"fke.dev/fke/internal/gpu/deviceplugin"
+	fkev1 "fke.dev/fke/api/v1alpha1"
 	"fke.dev/fke/internal/gpu/health"
 	"fke.dev/fke/internal/gpu/labels"
 )
@@ -57,7 +57,7 @@ func (a coreAPI) CreateEvent(ctx context.Context, ev *corev1.Event) error {
 }
 
 // ConditionMonitorFailed is the Node condition set while GPU health monitoring does not work.
-const ConditionMonitorFailed corev1.NodeConditionType = "GPUHealthMonitorFailed"
+const ConditionMonitorFailed = corev1.NodeConditionType(fkev1.NodeConditionGPUHealthMonitorFailed)
 
 // EventNamespace is where Node events are recorded (as the kubelet does).
 const EventNamespace = "default"
@@ -153,13 +153,13 @@ func (r *Reporter) event(ctx context.Context, typ, reason, message string) error
 	return nil
 }
 
-// Allocatable implements deviceplugin.AllocatableSource from the Node's status.
+// Allocatable implements deviceplugin.AllocatableSource from the Node's
+// status (the agent asserts it: this package stays free of the NVML
+// bindings, which the manager links through it).
 type Allocatable struct {
 	API  API
 	Node string
 }
-
-var _ deviceplugin.AllocatableSource = Allocatable{}
 
 // Allocatable returns the Node's nvidia.com/ allocatable quantities.
 func (a Allocatable) Allocatable(ctx context.Context) (map[string]int64, error) {

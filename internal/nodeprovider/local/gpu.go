@@ -13,7 +13,7 @@ import (
 	fkev1 "fke.dev/fke/api/v1alpha1"
 	"fke.dev/fke/internal/addons"
 	gpuconfig "fke.dev/fke/internal/gpu/config"
-	"fke.dev/fke/internal/gpu/driver"
+	"fke.dev/fke/internal/gpu/hostlib"
 	"fke.dev/fke/internal/image"
 	"fke.dev/fke/internal/tenant"
 )
@@ -50,7 +50,7 @@ func HostHasGPUDriver() bool {
 	if _, err := os.Stat("/dev/nvidiactl"); err != nil {
 		return false
 	}
-	_, err := driver.LibraryPath("/", "libnvidia-ml.so.1")
+	_, err := hostlib.LibraryPath("/", "libnvidia-ml.so.1")
 	return err == nil
 }
 

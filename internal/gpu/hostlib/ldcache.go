@@ -1,4 +1,9 @@
-package driver
+// Package hostlib finds a host's native libraries as its dynamic loader
+// would: through the loader cache (/etc/ld.so.cache) and the symbolic
+// links of the host's tree, which may be mounted at another root. It does
+// not load them, so a binary that only asks where NVML is (the local node
+// provider) does not link the NVML bindings.
+package hostlib
 
 import (
 	"bytes"
@@ -121,4 +126,36 @@ func ParseCache(data []byte) ([]CacheEntry, error) {
 		out = append(out, CacheEntry{Name: name, Path: path, Flags: flags})
 	}
 	return out, nil
+}
+
+// NativeFlags are the flags of a cache entry for a library of this
+// process's architecture (for EncodeCache's callers).
+func NativeFlags() int32 { return flagELFLibc6 | nativeArch() }
+
+// EncodeCache writes entries in the loader cache's new format (what
+// ldconfig writes): the cache of a simulated host, in tests.
+func EncodeCache(entries []CacheEntry) []byte {
+	var strs bytes.Buffer
+	base := newHeaderSize + len(entries)*newEntrySize
+	offsets := make([][2]uint32, len(entries))
+	for i, e := range entries {
+		offsets[i][0] = uint32(base + strs.Len())
+		strs.WriteString(e.Name + "\x00")
+		offsets[i][1] = uint32(base + strs.Len())
+		strs.WriteString(e.Path + "\x00")
+	}
+	var b bytes.Buffer
+	b.WriteString(cacheMagicNew)
+	le := binary.LittleEndian
+	b.Write(le.AppendUint32(nil, uint32(len(entries))))
+	b.Write(le.AppendUint32(nil, uint32(strs.Len())))
+	b.Write(make([]byte, 4+4+12)) // flags, padding, extension offset, unused
+	for i, e := range entries {
+		b.Write(le.AppendUint32(nil, uint32(e.Flags)))
+		b.Write(le.AppendUint32(nil, offsets[i][0]))
+		b.Write(le.AppendUint32(nil, offsets[i][1]))
+		b.Write(make([]byte, 4+8)) // osversion, hwcap
+	}
+	b.Write(strs.Bytes())
+	return b.Bytes()
 }

@@ -1,4 +1,4 @@
-package driver
+package hostlib
 
 import (
 	"bytes"
@@ -8,34 +8,6 @@ import (
 	"regexp"
 	"testing"
 )
-
-// encodeCache writes entries in the loader cache's new format (what
-// ldconfig writes), for tests.
-func encodeCache(entries []CacheEntry) []byte {
-	var strs bytes.Buffer
-	base := newHeaderSize + len(entries)*newEntrySize
-	offsets := make([][2]uint32, len(entries))
-	for i, e := range entries {
-		offsets[i][0] = uint32(base + strs.Len())
-		strs.WriteString(e.Name + "\x00")
-		offsets[i][1] = uint32(base + strs.Len())
-		strs.WriteString(e.Path + "\x00")
-	}
-	var b bytes.Buffer
-	b.WriteString(cacheMagicNew)
-	le := binary.LittleEndian
-	b.Write(le.AppendUint32(nil, uint32(len(entries))))
-	b.Write(le.AppendUint32(nil, uint32(strs.Len())))
-	b.Write(make([]byte, 4+4+12)) // flags, padding, extension offset, unused
-	for i, e := range entries {
-		b.Write(le.AppendUint32(nil, uint32(e.Flags)))
-		b.Write(le.AppendUint32(nil, offsets[i][0]))
-		b.Write(le.AppendUint32(nil, offsets[i][1]))
-		b.Write(make([]byte, 4+8)) // osversion, hwcap
-	}
-	b.Write(strs.Bytes())
-	return b.Bytes()
-}
 
 // TestReadCacheMatchesLdconfig reads this machine's loader cache and
 // compares it with what ldconfig itself prints.
@@ -88,7 +60,7 @@ func TestParseCache(t *testing.T) {
 		{Name: "libcuda.so.1", Path: "/usr/lib/x86_64-linux-gnu/libcuda.so.1", Flags: flagELFLibc6 | flagX8664Lib64},
 		{Name: "libcuda.so.1", Path: "/usr/lib/i386-linux-gnu/libcuda.so.1", Flags: flagELFLibc6},
 	}
-	data := encodeCache(entries)
+	data := EncodeCache(entries)
 	got, err := ParseCache(data)
 	if err != nil {
 		t.Fatal(err)
@@ -123,7 +95,7 @@ func TestParseCache(t *testing.T) {
 }
 
 func FuzzParseCache(f *testing.F) {
-	f.Add(encodeCache([]CacheEntry{{Name: "libnvidia-ml.so.1", Path: "/usr/lib/libnvidia-ml.so.1", Flags: 0x303}}))
+	f.Add(EncodeCache([]CacheEntry{{Name: "libnvidia-ml.so.1", Path: "/usr/lib/libnvidia-ml.so.1", Flags: 0x303}}))
 	f.Add([]byte(cacheMagicOld))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		_, _ = ParseCache(data) // must not panic
