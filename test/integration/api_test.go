@@ -55,11 +55,28 @@ func TestAPIRejectsBadObjects(t *testing.T) {
 		return it
 	}
 
+	release := func(mut func(*fkev1.ReleaseSource)) *fkev1.Release {
+		rel := &fkev1.Release{ObjectMeta: meta("app"), Spec: fkev1.ReleaseSpec{
+			Source: fkev1.ReleaseSource{URL: "file:///srv/git/app", Path: "chart"},
+			Stages: []fkev1.ReleaseStage{{Name: "dev", Clusters: []string{"demo"}}},
+		}}
+		mut(&rel.Spec.Source)
+		return rel
+	}
+
 	tests := []struct {
 		name string
 		obj  client.Object
 		want string
 	}{
+		// Releases: no path may leave the repository (deploy.Render
+		// refuses them again when it renders).
+		{"release values file above the repository", release(func(s *fkev1.ReleaseSource) { s.ValuesFiles = []string{"../../../management.kubeconfig"} }),
+			"valuesFiles are relative to the repository root and may not contain '..'"},
+		{"release values file by absolute path", release(func(s *fkev1.ReleaseSource) { s.ValuesFiles = []string{"values.yaml", "/etc/passwd"} }),
+			"valuesFiles are relative to the repository root and may not contain '..'"},
+		{"release path above the repository", release(func(s *fkev1.ReleaseSource) { s.Path = "chart/../../x" }),
+			"path is relative to the repository root and may not contain '..'"},
 		{"cluster name starting with a digit", cluster("1demo", func(*fkev1.Cluster) {}), "cluster name must be a DNS label"},
 		{"cluster name too long", cluster(strings.Repeat("a", 41), func(*fkev1.Cluster) {}), "at most 40 characters"},
 		{"bad version", cluster("v", func(c *fkev1.Cluster) { c.Spec.Version = "1.37" }), `spec.version`},
