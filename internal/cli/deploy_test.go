@@ -5,6 +5,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"fke.dev/fke/internal/deploy/sourcetest"
 )
 
 func TestReleaseName(t *testing.T) {
@@ -44,21 +46,7 @@ func TestDeployStaysInTree(t *testing.T) {
 		"chart/Chart.yaml":                "apiVersion: v2\nname: app\nversion: 0.1.0\n",
 		"chart/templates/kubeconfig.yaml": "->" + secret,
 	}
-	for name, content := range files {
-		p := filepath.Join(repo, filepath.FromSlash(name))
-		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		var err error
-		if target, ok := strings.CutPrefix(content, "->"); ok {
-			err = os.Symlink(target, p)
-		} else {
-			err = os.WriteFile(p, []byte(content), 0o644)
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
+	sourcetest.WriteTree(t, repo, files)
 	for dir, want := range map[string]string{
 		"manifests": `manifests/leak.yaml: "manifests/leak.yaml" is, or passes through, a symbolic link that leaves the source tree`,
 		"kust":      `kust/kustomization.yaml: resources[0]: "../../` + filepath.Base(outside) + `" goes above the root of the source`,

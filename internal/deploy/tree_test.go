@@ -2,10 +2,11 @@ package deploy
 
 import (
 	"errors"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"fke.dev/fke/internal/deploy/sourcetest"
 )
 
 // stolen is a valid manifest and values file outside every tree the tests
@@ -16,27 +17,6 @@ const chartYAML = "apiVersion: v2\nname: app\nversion: 0.1.0\n"
 
 const chartTemplate = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: app\ndata:\n  replicas: \"{{ .Values.replicas }}\"\n"
 
-// writeTree writes files (name → content; content "->target" makes a
-// symbolic link) under dir.
-func writeTree(t *testing.T, dir string, files map[string]string) {
-	t.Helper()
-	for name, content := range files {
-		p := filepath.Join(dir, filepath.FromSlash(name))
-		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if target, ok := strings.CutPrefix(content, "->"); ok {
-			if err := os.Symlink(target, p); err != nil {
-				t.Fatal(err)
-			}
-			continue
-		}
-		if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-}
-
 // TestRenderStaysInTree renders sources that name paths out of their tree
 // in each way a source can (the path itself, values files, a
 // kustomization's fields, a chart's and a manifest directory's links) and
@@ -44,7 +24,7 @@ func writeTree(t *testing.T, dir string, files map[string]string) {
 // never read; and sources whose links stay inside the tree rendered.
 func TestRenderStaysInTree(t *testing.T) {
 	outside := t.TempDir()
-	writeTree(t, outside, map[string]string{"secret.yaml": stolen, "base/kustomization.yaml": "resources:\n- ../secret.yaml\n"})
+	sourcetest.WriteTree(t, outside, map[string]string{"secret.yaml": stolen, "base/kustomization.yaml": "resources:\n- ../secret.yaml\n"})
 	secret := filepath.Join(outside, "secret.yaml")
 
 	tests := []struct {
@@ -109,7 +89,7 @@ func TestRenderStaysInTree(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			root := t.TempDir()
-			writeTree(t, root, tt.files)
+			sourcetest.WriteTree(t, root, tt.files)
 			src := tt.src
 			src.Root = root
 			r, err := Render(src)
@@ -135,7 +115,7 @@ func TestRenderStaysInTree(t *testing.T) {
 // beyond it.
 func TestRenderDefaultRoot(t *testing.T) {
 	dir := t.TempDir()
-	writeTree(t, dir, map[string]string{
+	sourcetest.WriteTree(t, dir, map[string]string{
 		"secret.yaml":                    stolen,
 		"repo/.git/HEAD":                 "ref: refs/heads/main\n",
 		"repo/base/kustomization.yaml":   "resources:\n- cm.yaml\n",

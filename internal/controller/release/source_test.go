@@ -18,27 +18,14 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	fkev1 "fke.dev/fke/api/v1alpha1"
+	"fke.dev/fke/internal/deploy/sourcetest"
 )
 
 // gitRepo commits files (name → content; "->target" makes a symbolic
 // link) to a new repository at dir with the git command.
 func gitRepo(t *testing.T, dir string, files map[string]string) {
 	t.Helper()
-	for name, content := range files {
-		p := filepath.Join(dir, filepath.FromSlash(name))
-		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		var err error
-		if target, ok := strings.CutPrefix(content, "->"); ok {
-			err = os.Symlink(target, p)
-		} else {
-			err = os.WriteFile(p, []byte(content), 0o644)
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
+	sourcetest.WriteTree(t, dir, files)
 	for _, args := range [][]string{
 		{"init", "-q", "-b", "main"},
 		{"add", "-A"},
