@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -12,7 +13,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	certlisters "k8s.io/client-go/listers/certificates/v1"
@@ -23,36 +23,42 @@ import (
 // waitRetry is how often a CSR of a node that is not registered yet is looked at again.
 const waitRetry = 2 * time.Second
 
-// ServingApprover is a controller of one tenant cluster: it approves
-// kubernetes.io/kubelet-serving CSRs whose requester and SANs match a
-// registered Node, and denies the others with a reason (see DecideServing).
+// CSRApprover is a controller of one tenant cluster: it approves the
+// certificate requests of registered nodes that fke checks itself, and
+// denies the others with a reason: kubelet serving certificates whose
+// requester and SANs match the Node (see DecideServing), and the client
+// certificates of a node's own kube-proxy (see DecideProxyClient).
 // kube-controller-manager's csrsigning controller then signs the approved
 // ones with the cluster CA.
-type ServingApprover struct {
+type CSRApprover struct {
 	client kubernetes.Interface
 	log    *slog.Logger
 }
 
-// NewServingApprover returns an approver acting through c (which must be
-// allowed to read Nodes and approve kubelet-serving CSRs).
-func NewServingApprover(c kubernetes.Interface, log *slog.Logger) *ServingApprover {
+// NewCSRApprover returns an approver acting through c (which must be
+// allowed to read Nodes and approve CSRs of signers kubelet-serving and
+// kube-apiserver-client).
+func NewCSRApprover(c kubernetes.Interface, log *slog.Logger) *CSRApprover {
 	if log == nil {
 		log = slog.Default()
 	}
-	return &ServingApprover{client: c, log: log}
+	return &CSRApprover{client: c, log: log}
 }
+
+// approvedSigners are the signers whose CSRs CSRApprover looks at.
+var approvedSigners = []string{certv1.KubeletServingSignerName, certv1.KubeAPIServerClientSignerName}
 
 // Run watches CSRs and decides on them until ctx ends. It returns nil when
 // ctx ends, or an error when its cache cannot sync.
-func (a *ServingApprover) Run(ctx context.Context) error {
-	factory := informers.NewSharedInformerFactoryWithOptions(a.client, 0, informers.WithTweakListOptions(func(o *metav1.ListOptions) {
-		o.FieldSelector = fields.OneTermEqualSelector("spec.signerName", certv1.KubeletServingSignerName).String()
-	}))
+func (a *CSRApprover) Run(ctx context.Context) error {
+	// A field selector matches one signer; CSRs are few, so the cache
+	// holds them all and the handler picks.
+	factory := informers.NewSharedInformerFactory(a.client, 0)
 	csrs := factory.Certificates().V1().CertificateSigningRequests()
 	queue := workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[string]())
 	defer queue.ShutDown()
 	enqueue := func(obj any) {
-		if csr, ok := obj.(*certv1.CertificateSigningRequest); ok && csr.Spec.SignerName == certv1.KubeletServingSignerName && !decided(csr) {
+		if csr, ok := obj.(*certv1.CertificateSigningRequest); ok && slices.Contains(approvedSigners, csr.Spec.SignerName) && !decided(csr) {
 			queue.Add(csr.Name)
 		}
 	}
@@ -60,7 +66,7 @@ func (a *ServingApprover) Run(ctx context.Context) error {
 		AddFunc:    enqueue,
 		UpdateFunc: func(_, n any) { enqueue(n) },
 	}); err != nil {
-		return fmt.Errorf("serving approver: %w", err)
+		return fmt.Errorf("CSR approver: %w", err)
 	}
 	lister := csrs.Lister()
 	factory.Start(ctx.Done())
@@ -69,7 +75,7 @@ func (a *ServingApprover) Run(ctx context.Context) error {
 		if ctx.Err() != nil {
 			return nil
 		}
-		return fmt.Errorf("serving approver: CSR cache did not sync")
+		return fmt.Errorf("CSR approver: CSR cache did not sync")
 	}
 	go func() {
 		<-ctx.Done()
@@ -83,7 +89,7 @@ func (a *ServingApprover) Run(ctx context.Context) error {
 		retry, err := a.sync(ctx, lister, name)
 		switch {
 		case err != nil:
-			a.log.Error("deciding on kubelet serving CSR failed", "csr", name, "error", err)
+			a.log.Error("deciding on CSR failed", "csr", name, "error", err)
 			queue.AddRateLimited(name)
 		case retry:
 			queue.Forget(name)
@@ -96,7 +102,7 @@ func (a *ServingApprover) Run(ctx context.Context) error {
 }
 
 // sync decides on the CSR name; retry reports that it waits for its node.
-func (a *ServingApprover) sync(ctx context.Context, lister certlisters.CertificateSigningRequestLister, name string) (retry bool, err error) {
+func (a *CSRApprover) sync(ctx context.Context, lister certlisters.CertificateSigningRequestLister, name string) (retry bool, err error) {
 	csr, err := lister.Get(name)
 	if apierrors.IsNotFound(err) {
 		return false, nil
@@ -114,7 +120,7 @@ func (a *ServingApprover) sync(ctx context.Context, lister certlisters.Certifica
 			return false, fmt.Errorf("getting node %s: %w", nodeName, err)
 		}
 	}
-	d := DecideServing(csr, node)
+	d := Decide(csr, node)
 	switch d.Action {
 	case Ignore:
 		return false, nil
@@ -137,9 +143,9 @@ func (a *ServingApprover) sync(ctx context.Context, lister certlisters.Certifica
 		return false, fmt.Errorf("updating approval of %s: %w", csr.Name, err)
 	}
 	if d.Action == Deny {
-		a.log.Warn("denied kubelet serving CSR", "csr", csr.Name, "user", csr.Spec.Username, "reason", d.Reason, "message", d.Message)
+		a.log.Warn("denied CSR", "csr", csr.Name, "signer", csr.Spec.SignerName, "user", csr.Spec.Username, "reason", d.Reason, "message", d.Message)
 	} else {
-		a.log.Info("approved kubelet serving CSR", "csr", csr.Name, "user", csr.Spec.Username)
+		a.log.Info("approved CSR", "csr", csr.Name, "signer", csr.Spec.SignerName, "user", csr.Spec.Username)
 	}
 	return false, nil
 }
@@ -149,7 +155,7 @@ func nodeOf(csr *certv1.CertificateSigningRequest) (string, bool) {
 	return name, ok && name != ""
 }
 
-// Approvers runs one ServingApprover per tenant cluster, for a manager that
+// Approvers runs one CSRApprover per tenant cluster, for a manager that
 // learns about tenants one by one. Safe for concurrent use.
 type Approvers struct {
 	Log *slog.Logger
@@ -185,8 +191,8 @@ func (a *Approvers) Ensure(key string, c kubernetes.Interface) {
 	go func() {
 		defer close(r.done)
 		for ctx.Err() == nil {
-			if err := NewServingApprover(c, log).Run(ctx); err != nil {
-				log.Error("serving approver stopped; restarting", "error", err)
+			if err := NewCSRApprover(c, log).Run(ctx); err != nil {
+				log.Error("CSR approver stopped; restarting", "error", err)
 				select {
 				case <-ctx.Done():
 				case <-time.After(5 * time.Second):

@@ -37,6 +37,7 @@ func TestEnsureRBACIsIdempotent(t *testing.T) {
 		bootstrap.BindingNodeBootstrapper:  {"system:node-bootstrapper", "system:bootstrappers"},
 		bootstrap.BindingAutoApproveClient: {"system:certificates.k8s.io:certificatesigningrequests:nodeclient", "system:bootstrappers"},
 		bootstrap.BindingAutoApproveRenew:  {"system:certificates.k8s.io:certificatesigningrequests:selfnodeclient", "system:nodes"},
+		bootstrap.BindingKubeProxies:       {"system:node-proxier", bootstrap.ProxyGroup},
 	}
 	list, err := c.RbacV1().ClusterRoleBindings().List(ctx, metav1.ListOptions{})
 	if err != nil {

@@ -15,11 +15,11 @@ import (
 // NodeUserPrefix prefixes the user name of a node's credentials.
 const NodeUserPrefix = "system:node:"
 
-// Action is what ServingApprover does with a CSR.
+// Action is what CSRApprover does with a CSR.
 type Action string
 
 const (
-	// Ignore: not a pending kubelet-serving CSR.
+	// Ignore: not a pending CSR fke decides on.
 	Ignore Action = "Ignore"
 	// Wait: the requesting node is not registered yet; look again later.
 	Wait Action = "Wait"
@@ -29,7 +29,7 @@ const (
 	Deny Action = "Deny"
 )
 
-// Reasons ServingApprover writes into the Approved and Denied conditions.
+// Reasons CSRApprover writes into the Approved and Denied conditions.
 const (
 	ReasonNodeVerified  = "FKENodeVerified"
 	ReasonNotANode      = "FKENotANode"
@@ -38,7 +38,7 @@ const (
 	ReasonNotRegistered = "FKENodeNotRegistered"
 )
 
-// Decision is ServingApprover's verdict on one CSR.
+// Decision is CSRApprover's verdict on one CSR.
 type Decision struct {
 	Action  Action
 	Reason  string

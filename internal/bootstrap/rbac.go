@@ -21,6 +21,7 @@ const (
 	BindingNodeBootstrapper  = "fke:node-bootstrapper"
 	BindingAutoApproveClient = "fke:node-autoapprove-bootstrap"
 	BindingAutoApproveRenew  = "fke:node-autoapprove-certificate-rotation"
+	BindingKubeProxies       = "fke:kube-proxies"
 )
 
 // binding is one ClusterRoleBinding of a built-in ClusterRole to a group.
@@ -30,17 +31,20 @@ type binding struct{ name, role, group string }
 // bootstrap-token holders may create CSRs (system:node-bootstrapper) and
 // kube-controller-manager's csrapproving controller approves their node
 // client CSRs (nodeclient); nodes may renew their own client certificate
-// (selfnodeclient).
+// (selfnodeclient); the nodes' kube-proxies have what kube-proxy needs
+// (system:node-proxier, as kubeadm binds its kube-proxy service account).
 var bindings = []binding{
 	{BindingNodeBootstrapper, "system:node-bootstrapper", bootstrapapi.BootstrapDefaultGroup},
 	{BindingAutoApproveClient, "system:certificates.k8s.io:certificatesigningrequests:nodeclient", bootstrapapi.BootstrapDefaultGroup},
 	{BindingAutoApproveRenew, "system:certificates.k8s.io:certificatesigningrequests:selfnodeclient", NodesGroup},
+	{BindingKubeProxies, "system:node-proxier", ProxyGroup},
 }
 
 // EnsureRBAC installs, idempotently (server-side apply), in a tenant:
 // system:bootstrappers may create CSRs (system:node-bootstrapper) and have
 // node-client CSRs auto-approved by kube-controller-manager's csrapproving
-// controller (nodeclient), system:nodes may renew (selfnodeclient).
+// controller (nodeclient), system:nodes may renew (selfnodeclient), and
+// the nodes' kube-proxies (ProxyGroup) are system:node-proxier.
 func EnsureRBAC(ctx context.Context, c kubernetes.Interface) error {
 	for _, b := range bindings {
 		crb := rbacv1ac.ClusterRoleBinding(b.name).

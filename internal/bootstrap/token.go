@@ -58,6 +58,25 @@ func EnsureToken(ctx context.Context, c kubernetes.Interface, pool string, ttl, 
 	if t, ok := CurrentToken(list.Items, pool, now, minValid); ok {
 		return t.String(), t.Expires, nil
 	}
+	return createToken(ctx, c, pool, now, ttl)
+}
+
+// CreateToken makes a new bootstrap token "id.secret" of pool that expires
+// ttl from now (to the second), as EnsureToken does when the pool's
+// current token will not do: for a holder who asks for a lifetime of its
+// own (`fke node bootstrap-file --ttl`). pool is the pool's short name
+// (a DNS label); ttl must be positive.
+func CreateToken(ctx context.Context, c kubernetes.Interface, pool string, ttl time.Duration) (token string, expires time.Time, err error) {
+	if errs := validation.IsDNS1123Label(pool); len(errs) > 0 {
+		return "", time.Time{}, fmt.Errorf("bootstrap token: pool name %q: %v", pool, errs)
+	}
+	if ttl <= 0 {
+		return "", time.Time{}, fmt.Errorf("bootstrap token for pool %s: ttl %s must be positive", pool, ttl)
+	}
+	return createToken(ctx, c, pool, time.Now(), ttl)
+}
+
+func createToken(ctx context.Context, c kubernetes.Interface, pool string, now time.Time, ttl time.Duration) (string, time.Time, error) {
 	raw, err := tokenutil.GenerateBootstrapToken()
 	if err != nil {
 		return "", time.Time{}, fmt.Errorf("generating bootstrap token: %w", err)

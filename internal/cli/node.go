@@ -15,6 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -27,7 +28,6 @@ import (
 	"fke.dev/fke/internal/nodejoin"
 	"fke.dev/fke/internal/nodeprovider"
 	"fke.dev/fke/internal/nodeprovider/local"
-	"fke.dev/fke/internal/pki"
 )
 
 // newDoctorCmd checks what local nodes need on this host.
@@ -91,11 +91,11 @@ func newNodeBootstrapFileCmd(g *globals) *cobra.Command {
 	var ttl time.Duration
 	cmd := &cobra.Command{
 		Use:   "bootstrap-file CLUSTER --pool NAME",
-		Short: "Print a bootstrap file (API server, CA, a bootstrap token of the pool) for `fke node join`",
+		Short: "Print a bootstrap file (API server, CA, a new bootstrap token of the pool that expires after --ttl) for `fke node join`",
 		Args:  exactArgs(1, "CLUSTER"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if ttl < 10*time.Minute {
-				return fmt.Errorf("--ttl %s: a token must be valid for at least 10m", ttl)
+			if err := nodejoin.CheckFileTokenTTL(ttl); err != nil {
+				return err
 			}
 			ctx := cmd.Context()
 			c, err := g.client()
@@ -115,14 +115,6 @@ func newNodeBootstrapFileCmd(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			cs, err := kubernetes.NewForConfig(cfg)
-			if err != nil {
-				return err
-			}
-			token, _, err := bootstrap.EnsureToken(ctx, cs, pool, ttl, 10*time.Minute)
-			if err != nil {
-				return err
-			}
 			server, err := nodejoin.NodeServer(cfg.Host)
 			if err != nil {
 				return err
@@ -131,21 +123,26 @@ func newNodeBootstrapFileCmd(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			proxy := &nodejoin.CertCredentials{ClusterName: name, Server: server, TLSServerName: nodejoin.ServerName,
-				CA: func(ctx context.Context) (*pki.KeyPair, error) {
-					s := &corev1.Secret{}
-					if err := c.Get(ctx, client.ObjectKey{Namespace: g.namespace, Name: cluster.PKISecretName(name)}, s); err != nil {
-						return nil, err
-					}
-					return pki.Bundle(s.Data).KeyPair(pki.CA)
-				}}
-			proxyKC, err := proxy.ProxyKubeconfig(ctx)
+			cs, err := kubernetes.NewForConfig(cfg)
 			if err != nil {
 				return err
 			}
+			// A token of its own, so that it lives --ttl and no longer (the
+			// pool's current token may live a day).
+			token, expires, err := bootstrap.CreateToken(ctx, cs, pool, ttl)
+			if err != nil {
+				return err
+			}
+			// The file works once printed: the API server knows the token.
+			probe := nodejoin.TokenProbe{Server: cfg.Host, TokenID: strings.SplitN(token, ".", 2)[0], Expires: expires}
+			tokenCfg := rest.AnonymousClientConfig(cfg)
+			tokenCfg.BearerToken = token
+			if err := nodejoin.CheckToken(ctx, tokenCfg, probe, nodejoin.ProbeLimits{Grace: time.Minute, Unreachable: time.Minute, Interval: 200 * time.Millisecond}); err != nil {
+				return fmt.Errorf("the new bootstrap token of pool %s: %w", pool, err)
+			}
 			bf := nodejoin.BootstrapFile{
 				Cluster: g.namespace + "/" + name, Pool: pool, Server: server, CertificateAuthorityData: cfg.CAData,
-				Token: token, ClusterDNS: dns, PodCIDR: cl.Spec.Network.PodCIDR, KubeProxyKubeconfig: string(proxyKC),
+				Token: token, TokenExpires: &metav1.Time{Time: expires}, ClusterDNS: dns, PodCIDR: cl.Spec.Network.PodCIDR,
 			}
 			// The registry as nodes reach it, when fke runs one.
 			if st, err := localplane.ReadState(g.dataDir); err == nil && st.Registry != "" {
@@ -162,7 +159,7 @@ func newNodeBootstrapFileCmd(g *globals) *cobra.Command {
 		},
 	}
 	cmd.Flags().StringVar(&pool, "pool", "", "node pool whose bootstrap token the node joins with (its Node gets fke.dev/nodepool=NAME)")
-	cmd.Flags().DurationVar(&ttl, "ttl", 24*time.Hour, "how long the token stays valid")
+	cmd.Flags().DurationVar(&ttl, "ttl", nodejoin.TokenTTL, fmt.Sprintf("how long the token stays valid (%s to %s)", nodejoin.FileTokenMinTTL, nodejoin.TokenTTL))
 	_ = cmd.MarkFlagRequired("pool")
 	return cmd
 }
@@ -170,10 +167,16 @@ func newNodeBootstrapFileCmd(g *globals) *cobra.Command {
 // newNodeJoinCmd runs this host's node until interrupted.
 func newNodeJoinCmd(g *globals) *cobra.Command {
 	var file, name string
+	var apiTimeout time.Duration
 	cmd := &cobra.Command{
 		Use:   "join --bootstrap FILE --name NAME",
 		Short: "Run this host as a worker node of a cluster (TLS bootstrap with a bootstrap file) until interrupted",
-		Args:  cobra.NoArgs,
+		Long: `Run this host as a worker node of a cluster until interrupted. First the
+bootstrap file's token is checked against its API server: a token that is
+refused (wrong, expired or deleted), an API server whose certificate the
+file's CA does not verify, or one that does not answer within --api-timeout
+ends the join with the reason, as does a node that fails to start.`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			data, err := os.ReadFile(file)
 			if err != nil {
@@ -186,37 +189,61 @@ func newNodeJoinCmd(g *globals) *cobra.Command {
 			if errs := validation.IsDNS1123Subdomain(name); len(errs) > 0 {
 				return fmt.Errorf("--name %q is not a node name: %v", name, errs)
 			}
+			kubelet, err := bootstrap.BootstrapKubeconfig(bf.Server, bf.CertificateAuthorityData, bf.Token)
+			if err != nil {
+				return err
+			}
+			if err := checkJoinToken(cmd.Context(), bf, kubelet, apiTimeout); err != nil {
+				return fmt.Errorf("node %s cannot join %s: %w", name, bf.Cluster, err)
+			}
 			host := hostnet.New(nil, nil)
 			if err := local.Unavailable(local.Checks(cmd.Context(), g.finder(), host)); err != nil {
 				return fmt.Errorf("this host cannot run a node (see `fke doctor`): %w", err)
 			}
-			return joinNode(cmd.Context(), g, bf, name, host)
+			return joinNode(cmd.Context(), g, bf, kubelet, name, host)
 		},
 	}
 	cmd.Flags().StringVar(&file, "bootstrap", "", "bootstrap file (from `fke node bootstrap-file`)")
 	cmd.Flags().StringVar(&name, "name", "", "the Node's name")
+	cmd.Flags().DurationVar(&apiTimeout, "api-timeout", nodejoin.DefaultProbeLimits.Unreachable, "how long to try the API server while it does not answer before giving up")
 	_ = cmd.MarkFlagRequired("bootstrap")
 	_ = cmd.MarkFlagRequired("name")
 	return cmd
 }
 
-// joinNode runs the node until ctx ends, then removes it from this host
-// (its Node stays in the cluster, NotReady, until deleted there). The
-// node's containerd trusts and mirrors the bootstrap file's registry and
-// pulls its sandbox image there, as local nodes of the manager do.
-func joinNode(ctx context.Context, g *globals, bf nodejoin.BootstrapFile, name string, host *hostnet.Host) error {
-	p, err := local.New(joinOptions(g, bf, host, os.Getenv))
+// checkJoinToken checks the bootstrap file's token against its API server,
+// as the kubelet will present it (the bootstrap kubeconfig kubelet).
+func checkJoinToken(ctx context.Context, bf nodejoin.BootstrapFile, kubelet []byte, apiTimeout time.Duration) error {
+	cfg, err := clientcmd.RESTConfigFromKubeConfig(kubelet)
 	if err != nil {
 		return err
 	}
-	kubelet, err := bootstrap.BootstrapKubeconfig(bf.Server, bf.CertificateAuthorityData, bf.Token)
+	probe := nodejoin.TokenProbe{Server: bf.Server, TokenID: bf.TokenID()}
+	if bf.TokenExpires != nil {
+		probe.Expires = bf.TokenExpires.Time
+	}
+	lim := nodejoin.DefaultProbeLimits
+	lim.Unreachable = apiTimeout
+	return nodejoin.CheckToken(ctx, cfg, probe, lim)
+}
+
+// joinStatePoll is how often `fke node join` looks at its node's state.
+const joinStatePoll = 2 * time.Second
+
+// joinNode runs the node until ctx ends, or until it fails, then removes it
+// from this host (its Node stays in the cluster, NotReady, until deleted
+// there). The node's containerd trusts and mirrors the bootstrap file's
+// registry and pulls its sandbox image there, as local nodes of the
+// manager do. kubelet is the kubelet's bootstrap kubeconfig.
+func joinNode(ctx context.Context, g *globals, bf nodejoin.BootstrapFile, kubelet []byte, name string, host *hostnet.Host) error {
+	p, err := local.New(joinOptions(g, bf, host, os.Getenv))
 	if err != nil {
 		return err
 	}
 	key := "joined/" + strings.ReplaceAll(bf.Cluster, "/", ".")
 	pc := nodeprovider.Cluster{Key: key, Name: bf.Cluster, PodCIDR: bf.PodCIDR, Join: &nodeprovider.Join{
 		Server: bf.Server, CAPEM: bf.CertificateAuthorityData, DNSIP: bf.ClusterDNS,
-		Credentials: nodejoin.StaticCredentials{Kubelet: kubelet, Proxy: []byte(bf.KubeProxyKubeconfig)},
+		Credentials: nodejoin.StaticCredentials{Kubelet: kubelet},
 	}}
 	it, err := p.HostInstanceType()
 	if err != nil {
@@ -228,14 +255,35 @@ func joinNode(ctx context.Context, g *globals, bf nodejoin.BootstrapFile, name s
 		return err
 	}
 	fmt.Fprintf(g.out, "node %s joining %s at %s (files under %s); interrupt to stop and remove it from this host\n", name, bf.Cluster, bf.Server, filepath.Join(g.dataDir, "nodes"))
-	<-ctx.Done()
+	failure := waitNodeFailure(ctx, p, pc, in.ProviderID)
 	stopCtx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	if err := p.Delete(stopCtx, pc, in.ProviderID); err != nil {
-		return fmt.Errorf("removing node %s from this host: %w", name, err)
+		return errors.Join(failure, fmt.Errorf("removing node %s from this host: %w", name, err))
 	}
 	fmt.Fprintf(g.out, "node %s removed from this host\n", name)
+	if failure != nil {
+		return fmt.Errorf("node %s failed: %w", name, failure)
+	}
 	return nil
+}
+
+// waitNodeFailure returns nil when ctx ends, or why the node providerID
+// failed (a process that keeps exiting, a start that failed).
+func waitNodeFailure(ctx context.Context, p *local.Provider, pc nodeprovider.Cluster, providerID string) error {
+	tick := time.NewTicker(joinStatePoll)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-tick.C:
+		}
+		in, err := p.Get(ctx, pc, providerID)
+		if err == nil && in.State == nodeprovider.InstanceFailed {
+			return errors.New(in.Message)
+		}
+	}
 }
 
 // joinOptions configure the local provider of a joined host: the bootstrap

@@ -7,7 +7,9 @@ import (
 	"net"
 	"net/netip"
 	"net/url"
+	"strings"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/yaml"
 )
 
@@ -20,7 +22,9 @@ const (
 // BootstrapFile is what `fke node join` consumes to join a host to a
 // cluster (written by `fke node bootstrap-file`): where the API server is,
 // its CA, a bootstrap token of a pool, and what the node's kubelet and
-// kube-proxy need to know of the cluster.
+// kube-proxy need to know of the cluster. Its only secret is the token,
+// which expires: kube-proxy's credential is no part of it (the node asks
+// for one once its kubelet joined, see bootstrap.ProxyCertificate).
 type BootstrapFile struct {
 	APIVersion string `json:"apiVersion"`
 	Kind       string `json:"kind"`
@@ -34,11 +38,11 @@ type BootstrapFile struct {
 	CertificateAuthorityData []byte `json:"certificateAuthorityData"`
 	// Token is the bootstrap token ("id.secret").
 	Token string `json:"token"`
+	// TokenExpires is when Token expires (empty in files of older fke).
+	TokenExpires *metav1.Time `json:"tokenExpires,omitempty"`
 	// ClusterDNS is the cluster DNS address; PodCIDR the cluster's pod range.
 	ClusterDNS string `json:"clusterDNS"`
 	PodCIDR    string `json:"podCIDR"`
-	// KubeProxyKubeconfig is kube-proxy's kubeconfig.
-	KubeProxyKubeconfig string `json:"kubeProxyKubeconfig"`
 	// Registry is host:port of fke's registry as nodes reach it: the
 	// node's containerd trusts it (plain HTTP) and mirrors it, and pulls
 	// its sandbox image from it. Empty when fke runs no registry.
@@ -49,6 +53,9 @@ type BootstrapFile struct {
 func ParseBootstrapFile(data []byte) (BootstrapFile, error) {
 	var f BootstrapFile
 	if err := yaml.UnmarshalStrict(data, &f); err != nil {
+		if strings.Contains(err.Error(), `"kubeProxyKubeconfig"`) {
+			return f, fmt.Errorf("reading the bootstrap file: it was written by an older fke, which put a kube-proxy certificate in it: write a new one with `fke node bootstrap-file`: %w", err)
+		}
 		return f, fmt.Errorf("reading the bootstrap file: %w", err)
 	}
 	return f, f.Validate()
@@ -80,9 +87,6 @@ func (f BootstrapFile) Validate() error {
 			errs = append(errs, fmt.Errorf("registry %q: want host:port", f.Registry))
 		}
 	}
-	if f.KubeProxyKubeconfig == "" {
-		errs = append(errs, errors.New("kubeProxyKubeconfig is empty"))
-	}
 	return errors.Join(errs...)
 }
 
@@ -92,10 +96,16 @@ func (f BootstrapFile) Marshal() ([]byte, error) {
 	return yaml.Marshal(f)
 }
 
-// StaticCredentials are the credentials of a bootstrap file.
+// StaticCredentials are the credentials of a bootstrap file: a bootstrap
+// kubeconfig for the kubelet, none for kube-proxy (its node asks for it).
 type StaticCredentials struct {
 	Kubelet []byte // bootstrap kubeconfig
-	Proxy   []byte
+}
+
+// TokenID returns the public part of the token ("id" of "id.secret").
+func (f BootstrapFile) TokenID() string {
+	id, _, _ := strings.Cut(f.Token, ".")
+	return id
 }
 
 // KubeletKubeconfig returns the bootstrap kubeconfig.
@@ -103,5 +113,5 @@ func (c StaticCredentials) KubeletKubeconfig(_ context.Context, _, _ string) ([]
 	return c.Kubelet, true, nil
 }
 
-// ProxyKubeconfig returns kube-proxy's kubeconfig.
-func (c StaticCredentials) ProxyKubeconfig(context.Context) ([]byte, error) { return c.Proxy, nil }
+// ProxyKubeconfig returns nil: the node asks for kube-proxy's certificate.
+func (c StaticCredentials) ProxyKubeconfig(context.Context) ([]byte, error) { return nil, nil }

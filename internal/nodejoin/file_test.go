@@ -3,13 +3,16 @@ package nodejoin
 import (
 	"strings"
 	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
 func TestBootstrapFile(t *testing.T) {
 	good := BootstrapFile{
 		Cluster: "default/demo", Pool: "metal", Server: "https://172.29.0.1:6443", CertificateAuthorityData: []byte("pem"),
-		Token: "abcdef.0123456789abcdef", ClusterDNS: "10.96.0.10", PodCIDR: "10.112.0.0/12", KubeProxyKubeconfig: "kc",
-		Registry: "172.29.0.1:5000",
+		Token: "abcdef.0123456789abcdef", ClusterDNS: "10.96.0.10", PodCIDR: "10.112.0.0/12",
+		Registry: "172.29.0.1:5000", TokenExpires: &metav1.Time{Time: time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)},
 	}
 	data, err := good.Marshal()
 	if err != nil {
@@ -19,7 +22,8 @@ func TestBootstrapFile(t *testing.T) {
 	if err != nil {
 		t.Fatalf("round trip: %v", err)
 	}
-	if got.Token != good.Token || string(got.CertificateAuthorityData) != "pem" || got.Registry != good.Registry {
+	if got.Token != good.Token || string(got.CertificateAuthorityData) != "pem" || got.Registry != good.Registry ||
+		!got.TokenExpires.Equal(good.TokenExpires) || got.TokenID() != "abcdef" {
 		t.Errorf("round trip = %+v", got)
 	}
 	for name, tc := range map[string]struct {
@@ -30,6 +34,8 @@ func TestBootstrapFile(t *testing.T) {
 		"unknown field":         {"kind: NodeBootstrap\nfoo: bar\n", "unknown field"},
 		"http server":           {strings.Replace(string(data), "https://", "http://", 1), "want an https URL"},
 		"registry without port": {strings.Replace(string(data), "172.29.0.1:5000", "172.29.0.1", 1), "want host:port"},
+		// Files of an older fke carried a year-long kube-proxy certificate.
+		"older file": {string(data) + "kubeProxyKubeconfig: kc\n", "write a new one with `fke node bootstrap-file`"},
 	} {
 		if _, err := ParseBootstrapFile([]byte(tc.data)); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: %v, want an error with %q", name, err, tc.want)
@@ -41,7 +47,7 @@ func TestBootstrapFile(t *testing.T) {
 func TestBootstrapFileWithoutRegistry(t *testing.T) {
 	f := BootstrapFile{
 		Cluster: "default/demo", Pool: "metal", Server: "https://172.29.0.1:6443", CertificateAuthorityData: []byte("pem"),
-		Token: "abcdef.0123456789abcdef", ClusterDNS: "10.96.0.10", PodCIDR: "10.112.0.0/12", KubeProxyKubeconfig: "kc",
+		Token: "abcdef.0123456789abcdef", ClusterDNS: "10.96.0.10", PodCIDR: "10.112.0.0/12",
 	}
 	data, err := f.Marshal()
 	if err != nil {

@@ -82,8 +82,11 @@ type CALoader func(ctx context.Context) (*pki.KeyPair, error)
 
 // CertCredentials issues client certificates signed by the cluster CA:
 // system:node:<name> in system:nodes for kubelets, system:kube-proxy for
-// kube-proxy. It is the path for nodes the manager makes itself; nodes
-// that join from elsewhere use bootstrap tokens.
+// kube-proxy. It is the path for nodes the manager makes itself without a
+// client of the tenant to make bootstrap tokens with (and for tests of
+// providers); their certificates are written into the node's own files on
+// this host, never handed out. Other nodes use bootstrap tokens
+// (TokenCredentials, BootstrapFile).
 type CertCredentials struct {
 	ClusterName   string
 	Server        string
@@ -164,18 +167,29 @@ const (
 	TokenMinValid = time.Hour
 )
 
+// FileTokenMinTTL is the shortest lifetime of a bootstrap file's token.
+const FileTokenMinTTL = 10 * time.Minute
+
+// CheckFileTokenTTL says why ttl will not do as the lifetime of a bootstrap
+// file's token: it must be from FileTokenMinTTL (a host needs minutes to
+// join) to TokenTTL (the pools' own tokens live no longer). Pure.
+func CheckFileTokenTTL(ttl time.Duration) error {
+	if ttl < FileTokenMinTTL || ttl > TokenTTL {
+		return fmt.Errorf("--ttl %s: a bootstrap file's token lives from %s to %s (the lifetime of the pools' own tokens)", ttl, FileTokenMinTTL, TokenTTL)
+	}
+	return nil
+}
+
 // TokenCredentials join kubelets by TLS bootstrap, as kubeadm does: a
 // bootstrap token of the node's pool (bootstrap.EnsureToken), with which
 // the kubelet requests its client certificate, approved and signed by the
-// tenant's kube-controller-manager. kube-proxy gets its certificate from
-// Proxy.
+// tenant's kube-controller-manager. kube-proxy's certificate is then asked
+// for by the node itself (bootstrap.ProxyCertificate): none is handed out.
 type TokenCredentials struct {
 	// Client reaches the tenant with rights to manage bootstrap tokens.
 	Client kubernetes.Interface
 	Server string
 	CAPEM  []byte
-	// Proxy issues kube-proxy's credentials.
-	Proxy *CertCredentials
 }
 
 var _ nodeprovider.Credentials = (*TokenCredentials)(nil)
@@ -190,7 +204,6 @@ func (c *TokenCredentials) KubeletKubeconfig(ctx context.Context, pool, _ string
 	return kc, true, err
 }
 
-// ProxyKubeconfig returns kube-proxy's kubeconfig (Proxy's).
-func (c *TokenCredentials) ProxyKubeconfig(ctx context.Context) ([]byte, error) {
-	return c.Proxy.ProxyKubeconfig(ctx)
-}
+// ProxyKubeconfig returns nil: each node asks for its kube-proxy's
+// certificate with its kubelet's credential once it joined.
+func (c *TokenCredentials) ProxyKubeconfig(context.Context) ([]byte, error) { return nil, nil }

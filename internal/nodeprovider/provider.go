@@ -71,7 +71,10 @@ type Credentials interface {
 	// system:node:<nodeName> in system:nodes.
 	KubeletKubeconfig(ctx context.Context, pool, nodeName string) (kubeconfig []byte, bootstrap bool, err error)
 	// ProxyKubeconfig returns the kubeconfig of the nodes' kube-proxy
-	// (user system:kube-proxy, bound to system:node-proxier).
+	// (user system:kube-proxy, bound to system:node-proxier), or nil when
+	// each node asks for its kube-proxy's certificate itself, with its
+	// kubelet's credential once that joined (bootstrap.ProxyCertificate):
+	// the way of nodes that join by TLS bootstrap.
 	ProxyKubeconfig(ctx context.Context) ([]byte, error)
 }
 

@@ -24,6 +24,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"fke.dev/fke/internal/bootstrap"
+	"fke.dev/fke/internal/nodejoin"
 	"fke.dev/fke/test/testenv"
 )
 
@@ -101,7 +102,11 @@ func verifies(t *testing.T, certPEM, caPEM []byte, usage x509.ExtKeyUsage) *x509
 // a bootstrap token gets a client certificate approved and signed by the
 // tenant's kube-controller-manager, the node's serving certificate is
 // approved by fke only for its own name and address, an expired token is
-// refused, and a node's credentials cannot change another Node.
+// refused, and a node's credentials cannot change another Node; the node
+// gets its kube-proxy's short-lived certificate with its own credential;
+// `fke node bootstrap-file --ttl` hands out a token that lives the TTL and
+// no other credential; `fke node join` with a file that cannot work fails
+// within seconds, saying why.
 func TestNodeJoinsByTLSBootstrap(t *testing.T) {
 	e := testenv.Up(t)
 	e.MustRun("cluster", "create", "boot", "--wait")
@@ -207,4 +212,18 @@ func TestNodeJoinsByTLSBootstrap(t *testing.T) {
 	if _, err := booter.CertificatesV1().CertificateSigningRequests().List(ctx, metav1.ListOptions{}); err != nil {
 		t.Fatalf("valid token: %v", err)
 	}
+
+	t.Run("a node's kube-proxy gets a short-lived certificate through the node", func(t *testing.T) {
+		testProxyCertificate(t, adminCfg, nodeCfg, node)
+	})
+	var bf nodejoin.BootstrapFile
+	t.Run("bootstrap-file --ttl hands out a token of that lifetime and no other credential", func(t *testing.T) {
+		bf = testBootstrapFileTTL(t, e.For(t), admin, token)
+	})
+	t.Run("fke node join with a file that cannot work fails within seconds, saying why", func(t *testing.T) {
+		if bf.Token == "" {
+			t.Skip("no bootstrap file")
+		}
+		testJoinFailsFast(t, e.For(t), adminCfg, bf)
+	})
 }

@@ -323,6 +323,19 @@ func TestLocalNodes(t *testing.T) {
 		})
 		p := runPod(t, cs, "on-metal", "metal-1", "get", "http://"+server.Status.PodIP+":8080/")
 		waitSucceeded(t, cs, p.Name)
+		// The joined host's kube-proxy serves Services, with a certificate
+		// its node asked for (the bootstrap file holds none), as do the
+		// manager's nodes.
+		viaSvc := runPod(t, cs, "on-metal-svc", "metal-1", "get", "http://"+svc.Spec.ClusterIP+"/")
+		waitSucceeded(t, cs, viaSvc.Name)
+		if logs := podLogs(t, cs, viaSvc.Name); !strings.Contains(logs, "hello from server") {
+			t.Errorf("a pod on metal-1 through the ClusterIP: logs %q, want the server's answer", logs)
+		}
+		if strings.Contains(data, "PRIVATE KEY") || strings.Contains(data, "kubeProxyKubeconfig") {
+			t.Errorf("the bootstrap file holds a credential besides its token:\n%s", data)
+		}
+		checkProxyCertificate(t, filepath.Join(e.DataDir, "nodes", "joined", "default.demo", "metal-1"), "metal-1")
+		checkProxyCertificate(t, filepath.Join(e.DataDir, "nodes", "default", "demo", a.Name), a.Name)
 		testenv.Eventually(t, time.Minute, "node metal-1 holds the registry's pause image", func() error {
 			n, err := cs.CoreV1().Nodes().Get(t.Context(), "metal-1", metav1.GetOptions{})
 			if err != nil {

@@ -331,9 +331,10 @@ func ProviderCluster(cl *fkev1.Cluster, t *tenant.Tenant) nodeprovider.Cluster {
 }
 
 // providerCluster is ProviderCluster with the join of real nodes: the API
-// server at the host bridge's gateway, the cluster CA, bootstrap tokens of
-// the pools for kubelets (TLS bootstrap), and a kube-proxy certificate
-// signed by the CA from the cluster's PKI Secret.
+// server at the host bridge's gateway, the cluster CA, and bootstrap tokens
+// of the pools for kubelets (TLS bootstrap), whose nodes then ask for their
+// kube-proxy's certificate themselves. Without a client of the tenant,
+// certificates signed by the CA from the cluster's PKI Secret.
 func (r *Reconciler) providerCluster(cl *fkev1.Cluster, t *tenant.Tenant) nodeprovider.Cluster {
 	pc := ProviderCluster(cl, t)
 	pc.LoopbackKubeletCert = func(ctx context.Context) ([]byte, []byte, error) {
@@ -355,7 +356,7 @@ func (r *Reconciler) providerCluster(cl *fkev1.Cluster, t *tenant.Tenant) nodepr
 	if err != nil {
 		return pc
 	}
-	proxy := &nodejoin.CertCredentials{
+	var creds nodeprovider.Credentials = &nodejoin.CertCredentials{
 		ClusterName: cl.Name, Server: server, TLSServerName: nodejoin.ServerName,
 		CA: func(ctx context.Context) (*pki.KeyPair, error) {
 			s := &corev1.Secret{}
@@ -365,9 +366,8 @@ func (r *Reconciler) providerCluster(cl *fkev1.Cluster, t *tenant.Tenant) nodepr
 			return pki.Bundle(s.Data).KeyPair(pki.CA)
 		},
 	}
-	var creds nodeprovider.Credentials = proxy
 	if t.Clientset != nil {
-		creds = &nodejoin.TokenCredentials{Client: t.Clientset, Server: server, CAPEM: t.Config.CAData, Proxy: proxy}
+		creds = &nodejoin.TokenCredentials{Client: t.Clientset, Server: server, CAPEM: t.Config.CAData}
 	}
 	if join, err := nodejoin.Join(t.Config.Host, t.Config.CAData, cl.Spec.Network.ServiceCIDR, creds); err == nil {
 		pc.Join = join

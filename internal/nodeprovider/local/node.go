@@ -78,7 +78,9 @@ type NodeConfig struct {
 	// kubeconfig when Bootstrap, else its final one.
 	KubeletKubeconfig []byte
 	Bootstrap         bool
-	// ProxyKubeconfig is kube-proxy's kubeconfig.
+	// ProxyKubeconfig is kube-proxy's kubeconfig; empty: the node asks for
+	// kube-proxy's certificate with its kubelet's credential once that
+	// joined, and renews it (see Node.ensureProxyCertificate).
 	ProxyKubeconfig []byte
 	// ClusterCIDR is the cluster's pod range; ClusterDNS its DNS address.
 	ClusterCIDR string
@@ -181,12 +183,16 @@ func (n *Node) writeConfig() error {
 	if err != nil {
 		return err
 	}
+	proxyKubeconfig, err := n.proxyKubeconfig()
+	if err != nil {
+		return err
+	}
 	containerd := ContainerdSpec{PauseImage: c.PauseImage, Registry: c.Registry}
 	files := map[string][]byte{
 		n.l.ContainerdConfig(): []byte(ContainerdConfig(n.l, containerd)),
 		n.l.KubeletConfig():    kubelet,
 		n.l.ProxyConfig():      proxy,
-		n.l.ProxyKubeconfig():  c.ProxyKubeconfig,
+		n.l.ProxyKubeconfig():  proxyKubeconfig,
 		n.l.CA():               c.CAPEM,
 	}
 	for name, hosts := range RegistryHosts(containerd) {
@@ -324,17 +330,36 @@ func (n *Node) start(ctx context.Context) error {
 	}); err != nil {
 		return err
 	}
-	if _, err := n.procs.Start(ctx, supervisor.Spec{
+	// The pod network waits for the Node's pod range while kube-proxy may
+	// wait for its certificate, which waits for the Node to register.
+	netCtx, stopNet := context.WithCancel(ctx)
+	defer stopNet()
+	network := make(chan error, 1)
+	go func() { network <- n.setUpPodNetwork(netCtx) }()
+	if err := n.startProxy(ctx, enter); err != nil {
+		stopNet()
+		<-network
+		return err
+	}
+	n.setState("Running", "")
+	return <-network
+}
+
+// startProxy starts kube-proxy once it has its credential (see
+// ensureProxyCertificate); enter runs it in the node's namespaces.
+func (n *Node) startProxy(ctx context.Context, enter []string) error {
+	if err := n.ensureProxyCertificate(ctx); err != nil {
+		return err
+	}
+	l, c := n.l, n.cfg
+	_, err := n.procs.Start(ctx, supervisor.Spec{
 		Name: n.procName(ProcKubeProxy), Path: "nsenter",
 		Args:    append(enter, c.KubeProxyPath, "--config="+l.ProxyConfig(), "--v=1"),
 		LogPath: l.Log(ProcKubeProxy), GracePeriod: stopGracePeriod, MaxRestarts: maxRestarts, Env: nodeEnv(),
 		// kube-proxy's /healthz answers a JSON document, not "ok".
 		Ready: supervisor.WaitHTTPOK("http://"+net.JoinHostPort(c.Net.IP.String(), strconv.Itoa(ProxyHealthzPort))+"/healthz", nil),
-	}); err != nil {
-		return err
-	}
-	n.setState("Running", "")
-	return n.setUpPodNetwork(ctx)
+	})
+	return err
 }
 
 // errNoCRI: containerd answers but serves no CRI, as its CRI plugin did not
