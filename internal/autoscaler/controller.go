@@ -111,6 +111,9 @@ type clusterState struct {
 	// retry lists pods whose scale-up could not be written: their events
 	// and latency are to be recorded again (under Reconciler.mu).
 	retry []types.UID
+	// ownerWaitSince is when each pending pod was first found waiting for
+	// its controllers to be seen (see ownerWaits).
+	ownerWaitSince map[types.UID]time.Time
 }
 
 // SetupWithManager registers the controller.
@@ -270,7 +273,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	snap.PDBs = in.pdbs
 	snap.Memo = st.memo
 	snap.Booked = in.booked
-	snap.LeavingOwners = in.leaving
+	st.withOwners(&snap, in.owners, now)
 	unschedulablePods.WithLabelValues(key).Set(float64(len(snap.Pending)))
 	r.mu.Lock()
 	st.pending = len(snap.Pending)
@@ -287,7 +290,13 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	for _, p := range pools {
 		upcoming = upcoming || p.Upcoming > 0
 	}
-	if len(plan.Increases) == 0 && !upcoming {
+	if len(plan.AwaitingOwners) > 0 {
+		// Decided again once their controllers are seen (the tracker wakes
+		// the cluster) or their wait is over (RecheckAt); nothing is scaled
+		// down meanwhile, as while machines come up.
+		logr.FromContextOrDiscard(ctx).V(1).Info("pods wait for their controllers to be seen", "cluster", key, "pods", len(plan.AwaitingOwners))
+	}
+	if len(plan.Increases) == 0 && !upcoming && len(plan.AwaitingOwners) == 0 {
 		sd := decide.ScaleDown(WithPlacements(snap, plan.Schedulable), pools, st.unneededSince, now)
 		st.unneededSince = sd.UnneededSince
 		unneededNodes.WithLabelValues(key).Set(float64(len(sd.UnneededSince)))
@@ -306,8 +315,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		requeue = min(requeue, 2*time.Second)
 	}
 	if !plan.RecheckAt.IsZero() {
-		// Pods wait for room that terminating pods free: once the first of
-		// those is past its deadline, its room counts as used again.
+		// Pods wait for room that terminating pods free (once the first of
+		// those is past its deadline, its room counts as used again), or
+		// for their controllers to be seen.
 		requeue = min(requeue, max(plan.RecheckAt.Sub(now), 0)+50*time.Millisecond)
 	}
 	took := r.Clock.Since(start)
@@ -330,7 +340,9 @@ type input struct {
 	pods     PodGroups
 	pdbs     []policyv1.PodDisruptionBudget
 	booked   []*corev1.Pod
-	leaving  map[types.UID]time.Time
+	// owners follows the pods' controllers; nil when they cannot be
+	// watched (only pods already terminating then count as leaving).
+	owners *ownerTracker
 }
 
 func (r *Reconciler) gather(ctx context.Context, cl *fkev1.Cluster) (*input, error) {
@@ -385,10 +397,45 @@ func (r *Reconciler) gather(ctx context.Context, cl *fkev1.Cluster) (*input, err
 		return nil, fmt.Errorf("listing pod disruption budgets: %w", err)
 	}
 	in.pdbs = pdbs.Items
-	if o := r.ownerTracker(ctx, t); o != nil {
-		in.leaving = o.Leaving()
-	}
+	// Read after the pods (see withOwners), so that what it has seen of
+	// their controllers can be checked against them.
+	in.owners = r.ownerTracker(ctx, t)
 	return in, nil
+}
+
+// withOwners sets snap's LeavingOwners and AwaitingOwners from one view of
+// the owner tracker o (neither when o is nil), as of now.
+func (st *clusterState) withOwners(snap *decide.Snapshot, o *ownerTracker, now time.Time) {
+	if o == nil {
+		return
+	}
+	leaving, unseen := o.View(snap.Pending)
+	snap.LeavingOwners = leaving
+	snap.AwaitingOwners = st.ownerWaits(unseen, now)
+}
+
+// ownerWaits returns, for the pending pods whose controllers the owner
+// tracker has not seen yet (unseen, by pod UID, see UnseenController), the
+// time until which each waits for them before it may grow a pool:
+// OwnerWatchWait after the pass that first found it so. It forgets the
+// pods no longer waiting.
+func (st *clusterState) ownerWaits(unseen map[types.UID]types.UID, now time.Time) map[types.UID]time.Time {
+	if len(unseen) == 0 {
+		st.ownerWaitSince = nil
+		return nil
+	}
+	since := make(map[types.UID]time.Time, len(unseen))
+	until := make(map[types.UID]time.Time, len(unseen))
+	for pod := range unseen {
+		t, ok := st.ownerWaitSince[pod]
+		if !ok {
+			t = now
+		}
+		since[pod] = t
+		until[pod] = t.Add(OwnerWatchWait)
+	}
+	st.ownerWaitSince = since
+	return until
 }
 
 // ownerTracker returns the tracker of t's pod controllers, made and
@@ -401,7 +448,12 @@ func (r *Reconciler) ownerTracker(ctx context.Context, t *tenant.Tenant) *ownerT
 	if ok && tr.t == t {
 		return tr.o
 	}
-	o := newOwnerTracker(r.Clock)
+	// Seeing a controller that pending pods wait for wakes their cluster.
+	var seen func()
+	if ns, name, err := toolscache.SplitMetaNamespaceKey(t.Key); err == nil && ns != "" {
+		seen = func() { r.wake(ns, name) }
+	}
+	o := newOwnerTracker(r.Clock, seen)
 	if err := o.watch(ctx, t.Cache); err != nil {
 		logr.FromContextOrDiscard(ctx).Error(err, "cannot follow pod controllers; only terminating pods count as leaving", "cluster", t.Key)
 		return nil

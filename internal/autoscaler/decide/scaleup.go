@@ -34,7 +34,9 @@ const (
 // terminating on ready nodes, or whose controller is leaving
 // (Snapshot.LeavingOwners), will free, counting only those pods before
 // their deadline (LeavingDeadline): those wait for that room
-// (Schedulable, AwaitsTermination) and trigger nothing either. For the rest, each
+// (Schedulable, AwaitsTermination) and trigger nothing either. Pods still
+// waiting for their controllers to be seen (Snapshot.AwaitingOwners) stop
+// there (ScaleUpPlan.AwaitingOwners). For the rest, each
 // eligible pool (has a template, not backing off, below MaxSize and the
 // cluster limits) packs them into new template nodes, first-fit decreasing by
 // GPU request then dominant resource, up to the nodes it may add; the
@@ -108,6 +110,7 @@ func ScaleUp(s Snapshot, pools []Pool, e Expander, now time.Time) ScaleUpPlan {
 	}
 	w.cursors = nil
 	remaining = w.awaitTermination(remaining, &plan)
+	remaining = awaitOwners(remaining, s.AwaitingOwners, now, &plan)
 	su.grow(remaining, &plan)
 	return plan
 }
@@ -142,6 +145,29 @@ func preparePending(pending []*corev1.Pod, leaving map[types.UID]time.Time, now 
 		return out[i].pod.CreationTimestamp.Before(&out[j].pod.CreationTimestamp)
 	})
 	return out
+}
+
+// awaitOwners takes out of pods those still waiting for their controllers
+// to be seen at now (see Snapshot.AwaitingOwners), lists them in
+// plan.AwaitingOwners and brings plan.RecheckAt to the end of the earliest
+// wait; it returns the others.
+func awaitOwners(pods []*podInfo, until map[types.UID]time.Time, now time.Time, plan *ScaleUpPlan) []*podInfo {
+	if len(until) == 0 {
+		return pods
+	}
+	rest := pods[:0:0]
+	for _, pi := range pods {
+		t, ok := until[pi.pod.UID]
+		if !ok || !t.After(now) {
+			rest = append(rest, pi)
+			continue
+		}
+		plan.AwaitingOwners = append(plan.AwaitingOwners, pi.pod)
+		if plan.RecheckAt.IsZero() || t.Before(plan.RecheckAt) {
+			plan.RecheckAt = t
+		}
+	}
+	return rest
 }
 
 // ownerLeaving reports whether p's controller is leaving and p's deadline

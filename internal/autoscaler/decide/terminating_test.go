@@ -435,3 +435,104 @@ func TestLeavingDeadline(t *testing.T) {
 		})
 	}
 }
+
+// TestScaleUpAwaitingOwners: a pending pod waiting for its controllers to
+// be seen (Snapshot.AwaitingOwners) takes room that is free, coming up or
+// being freed as any pod does, but grows no pool until its wait is over;
+// the plan lists it and rechecks when the first wait ends.
+func TestScaleUpAwaitingOwners(t *testing.T) {
+	soon := t0.Add(20 * time.Second) // terminating pods' deadline t0+35s
+	wait := t0.Add(5 * time.Second)
+	full := func(name string, n int, gpus int64, opts ...podOpt) []*corev1.Pod {
+		return mkPods(name, n, 100, 128, gpus, append([]podOpt{tolerateGPU()}, opts...)...)
+	}
+	tests := []struct {
+		name     string
+		pending  []*corev1.Pod
+		nodes    []NodeInfo
+		until    map[string]time.Time // pod name -> end of its wait
+		want     string               // increases
+		sched    string               // awaiting(plan)
+		awaiting string               // plan.AwaitingOwners, names
+		recheck  time.Time
+	}{
+		{
+			name:     "fits nothing: waits, no scale-up",
+			pending:  full("new", 1, 1),
+			nodes:    []NodeInfo{named(gpuNode("", full("run", 8, 1)...), "a")},
+			until:    map[string]time.Time{"new-0": wait},
+			awaiting: "new-0",
+			recheck:  wait,
+		},
+		{
+			name:    "wait over (ends now): scale-up",
+			pending: full("new", 1, 1),
+			nodes:   []NodeInfo{named(gpuNode("", full("run", 8, 1)...), "a")},
+			until:   map[string]time.Time{"new-0": t0},
+			want:    "gpu+1",
+		},
+		{
+			name:    "fits free room: placed as any pod",
+			pending: full("new", 1, 1),
+			nodes:   []NodeInfo{named(gpuNode("", full("run", 7, 1)...), "a")},
+			until:   map[string]time.Time{"new-0": wait},
+			sched:   "new-0@a",
+		},
+		{
+			name:    "fits room being freed: waits for it as any pod",
+			pending: full("new", 1, 1),
+			nodes:   []NodeInfo{named(gpuNode("", full("old", 8, 1, deleting(soon))...), "a")},
+			until:   map[string]time.Time{"new-0": wait},
+			sched:   "new-0~a",
+			recheck: soon.Add(TerminationMargin),
+		},
+		{
+			name:     "only the waiting pod is held back",
+			pending:  append(full("new", 1, 1), full("other", 1, 1, podOwner("ReplicaSet", "other-rs"))...),
+			nodes:    []NodeInfo{named(gpuNode("", full("run", 8, 1)...), "a")},
+			until:    map[string]time.Time{"new-0": wait},
+			want:     "gpu+1",
+			awaiting: "new-0",
+			recheck:  wait,
+		},
+		{
+			name:     "recheck at the earliest of a wait and a deadline",
+			pending:  full("new", 2, 1),
+			nodes:    []NodeInfo{named(gpuNode("", append(full("run", 7, 1), full("old", 1, 1, deleting(soon))...)...), "a")},
+			until:    map[string]time.Time{"new-0": wait, "new-1": wait},
+			sched:    "new-0~a",
+			awaiting: "new-1",
+			recheck:  wait,
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			until := map[types.UID]time.Time{}
+			for _, p := range tt.pending {
+				if u, ok := tt.until[p.Name]; ok {
+					until[p.UID] = u
+				}
+			}
+			for _, memo := range []*Memo{nil, NewMemo()} {
+				pools := []Pool{gpuPool("gpu", 8, len(tt.nodes), 10)}
+				plan := ScaleUp(Snapshot{Nodes: tt.nodes, Pending: tt.pending, AwaitingOwners: until, Memo: memo}, pools, Expander{}, t0)
+				if got := increases(plan); got != tt.want {
+					t.Errorf("increases = %q, want %q (reasons %v)", got, tt.want, reasonsOf(plan))
+				}
+				if got := awaiting(plan); got != tt.sched {
+					t.Errorf("schedulable = %q, want %q", got, tt.sched)
+				}
+				var names []string
+				for _, p := range plan.AwaitingOwners {
+					names = append(names, p.Name)
+				}
+				if got := strings.Join(names, ","); got != tt.awaiting {
+					t.Errorf("awaiting owners = %q, want %q", got, tt.awaiting)
+				}
+				if !plan.RecheckAt.Equal(tt.recheck) {
+					t.Errorf("RecheckAt = %v, want %v", plan.RecheckAt, tt.recheck)
+				}
+			}
+		})
+	}
+}

@@ -181,6 +181,15 @@ type Snapshot struct {
 	// controller that is orphaning its dependents must not be listed.
 	// Optional: without it only pods already terminating count.
 	LeavingOwners map[types.UID]time.Time
+	// AwaitingOwners maps the UID of a pending pod to the time until which
+	// it waits for the caller to see its controllers. The controllers are
+	// watched apart from the pods (that watch fills LeavingOwners) and may
+	// be seen later: a pod of a Deployment deleted and created again can
+	// be pending before the deletion of the old one is known, and its
+	// pods' room would look taken for good. Until that time such a pod
+	// takes room that is free, coming up or being freed as any pod does,
+	// but grows no pool (ScaleUpPlan.AwaitingOwners). Optional.
+	AwaitingOwners map[types.UID]time.Time
 	// Memo, optional, keeps parsed bound pods between calls (see Memo); it
 	// makes repeated calls on a large, slowly changing cluster cheaper and
 	// never changes their result.
@@ -261,9 +270,14 @@ type ScaleUpPlan struct {
 	// upcoming machines or the room terminating pods will free.
 	Schedulable []PodPlacement
 	// RecheckAt, when not zero, is the earliest deadline of the terminating
-	// pods whose room a placement relies on: from then on those pods hold
-	// their room again, and a new decision may grow a pool.
+	// pods whose room a placement relies on (from then on those pods hold
+	// their room again) or of the waits of AwaitingOwners: from then on a
+	// new decision may grow a pool.
 	RecheckAt time.Time
+	// AwaitingOwners lists the pending pods that fit no room and wait for
+	// their controllers to be seen (Snapshot.AwaitingOwners): they grow no
+	// pool yet.
+	AwaitingOwners []*corev1.Pod
 	// NotTriggerScaleUp lists pending pods no pool can help, with why.
 	NotTriggerScaleUp []PodReason
 	// Warnings report inputs that were ignored or defaulted (an unknown
