@@ -51,6 +51,12 @@ type tenant struct {
 
 func upTenant(t *testing.T) tenant {
 	t.Helper()
+	return upTenantWith(t, nil)
+}
+
+// upTenantWith is upTenant with the provider's options changed by opts.
+func upTenantWith(t *testing.T, opts func(*kwok.Options)) tenant {
+	t.Helper()
 	if testing.Short() {
 		t.Skip("starts a management plane and a tenant cluster")
 	}
@@ -64,11 +70,15 @@ func upTenant(t *testing.T) tenant {
 	e.MustRun("cluster", "create", "demo", "--wait")
 	cluster := nodeprovider.Cluster{Key: "default/demo", Name: "demo", Config: e.TenantConfig("demo"), PodCIDR: "10.244.0.0/16"}
 	dataDir := t.TempDir()
-	p := kwok.New(kwok.Options{
+	o := kwok.Options{
 		DataDir:  dataDir,
 		Binaries: binaries.Finder{Dir: e.BinDir},
 		Logger:   slog.New(slog.NewTextHandler(t.Output(), nil)),
-	})
+	}
+	if opts != nil {
+		opts(&o)
+	}
+	p := kwok.New(o)
 	// Registered after testenv.Up's cleanup, so it runs before `fke down`.
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)

@@ -83,6 +83,11 @@ type Options struct {
 	// Workloads runs the kwok of hosted clusters (nodeprovider.Cluster.Hosted)
 	// in the management cluster; nil refuses hosted clusters.
 	Workloads Workloads
+	// StuckPodAfter is how long a pod bound to a kwok node may stay
+	// Pending without a container status before the provider re-drives it
+	// (see stuckpods.go; default DefaultStuckPodAfter). Negative turns
+	// re-driving off.
+	StuckPodAfter time.Duration
 }
 
 // Workloads runs a cluster's kwok as a workload of the management cluster,
@@ -130,6 +135,9 @@ type clusterState struct {
 	proc        *supervisor.Process
 	// workload: kwok was applied as a workload for this fingerprint.
 	workload bool
+	// stopRedriver stops the redriver of the cluster's pods (see
+	// stuckpods.go); nil when none runs.
+	stopRedriver func()
 }
 
 // New returns a Provider. It starts nothing: a cluster's kwok process starts
@@ -140,6 +148,9 @@ func New(opts Options) *Provider {
 	}
 	if opts.StartTimeout <= 0 {
 		opts.StartTimeout = DefaultStartTimeout
+	}
+	if opts.StuckPodAfter == 0 {
+		opts.StuckPodAfter = DefaultStuckPodAfter
 	}
 	log := opts.Logger.With("provider", string(fkev1.ProviderKwok))
 	return &Provider{
@@ -296,6 +307,7 @@ func (p *Provider) Release(ctx context.Context, cluster nodeprovider.Cluster) er
 		st.mu.Lock()
 		defer st.mu.Unlock()
 		st.released = true
+		st.stopRedriverLocked()
 	}
 	if err := p.procs.Stop(ctx, procName(cluster.Key)); err != nil {
 		return fmt.Errorf("releasing cluster %s: stopping kwok: %w", cluster.Key, err)
@@ -312,9 +324,21 @@ func (p *Provider) Release(ctx context.Context, cluster nodeprovider.Cluster) er
 	return nil
 }
 
-// StopAll stops every kwok process (at manager shutdown) and leaves their
-// files. A later call for a cluster starts its kwok process again.
+// StopAll stops every kwok process (at manager shutdown) and the
+// re-driving of pods, and leaves their files. A later call for a cluster
+// starts its kwok process again.
 func (p *Provider) StopAll(ctx context.Context) error {
+	p.mu.Lock()
+	states := make([]*clusterState, 0, len(p.clusters))
+	for _, st := range p.clusters {
+		states = append(states, st)
+	}
+	p.mu.Unlock()
+	for _, st := range states {
+		st.mu.Lock()
+		st.stopRedriverLocked()
+		st.mu.Unlock()
+	}
 	if err := p.procs.StopAll(ctx); err != nil {
 		return fmt.Errorf("stopping kwok processes: %w", err)
 	}
@@ -351,6 +375,7 @@ func (p *Provider) prepare(ctx context.Context, cluster nodeprovider.Cluster, st
 		if err != nil {
 			return nil, fmt.Errorf("cluster %s: %w", cluster.Key, err)
 		}
+		st.stopRedriverLocked() // its client is stale too
 		if st.proc != nil {
 			// Its kubeconfig is stale (the API server moved or its PKI changed).
 			p.log.Info("restarting kwok: cluster config changed", "cluster", cluster.Key)
@@ -361,21 +386,36 @@ func (p *Provider) prepare(ctx context.Context, cluster nodeprovider.Cluster, st
 		}
 		st.client, st.fingerprint, st.workload = client, fp, false
 	}
-	if startKwok && cluster.Hosted {
+	if !startKwok {
+		return st.client, nil
+	}
+	if cluster.Hosted {
 		if !st.workload {
 			if err := p.runWorkload(ctx, st, cluster); err != nil {
 				return nil, err
 			}
 			st.workload = true
 		}
-		return st.client, nil
-	}
-	if startKwok && !running(st.proc) {
+	} else if !running(st.proc) {
 		if err := p.startLocked(ctx, st, cluster); err != nil {
 			return nil, err
 		}
 	}
+	if st.stopRedriver == nil && p.opts.StuckPodAfter > 0 {
+		// Not bound to this call: it runs until the cluster is released,
+		// its config changes or the provider stops.
+		st.stopRedriver = startRedriver(context.WithoutCancel(ctx), st.client, st.key, p.opts.StuckPodAfter, p.log)
+	}
 	return st.client, nil
+}
+
+// stopRedriverLocked stops the cluster's redriver, if any. The caller
+// holds st.mu.
+func (st *clusterState) stopRedriverLocked() {
+	if st.stopRedriver != nil {
+		st.stopRedriver()
+		st.stopRedriver = nil
+	}
 }
 
 // lockCluster returns the locked state of the cluster with key, made if new.
