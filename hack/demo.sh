@@ -17,6 +17,63 @@ command -v kubectl >/dev/null || { echo "the demo drives the tenant cluster with
 step() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
 k() { kubectl --kubeconfig "$kc" "$@"; }
 
+# diagnose prints why the cluster is not where a wait wanted it: the pods
+# not Running (node, phase, why not scheduled), the nodes not Ready, the
+# HPA and the node pools, recent Warning events other than scheduling
+# failures (pods fke re-drove on kwok nodes among them) and the tail of the
+# cluster's kwok log without its lease renewals.
+diagnose() {
+  echo "--- pods not Running (node, phase, scheduling):"
+  k get pods -A --field-selector=status.phase!=Running,status.phase!=Succeeded \
+    -o custom-columns='NAMESPACE:.metadata.namespace,POD:.metadata.name,NODE:.spec.nodeName,PHASE:.status.phase,SCHEDULED:.status.conditions[?(@.type=="PodScheduled")].message' || true
+  echo "--- nodes not Ready:"
+  k get nodes -o custom-columns='NODE:.metadata.name,POOL:.metadata.labels.fke\.dev/nodepool,READY:.status.conditions[?(@.type=="Ready")].status,TAINTS:.spec.taints[*].key' |
+    awk 'NR == 1 || $3 != "True"' || true
+  echo "--- HPA and deployment:"
+  k -n model-serving get hpa,deployment || true
+  echo "--- node pools:"
+  fke --data-dir "$data" nodepool list demo || true
+  echo "--- recent Warning events (but FailedScheduling):"
+  k get events -A --field-selector=type=Warning,reason!=FailedScheduling --sort-by=.lastTimestamp 2>/dev/null | tail -n 15 || true
+  local kwok_log=$data/clusters/default/demo/kwok/kwok.log
+  echo "--- the last lines of kwok's log ($kwok_log), lease renewals left out:"
+  grep -v '"Syncing lease"' "$kwok_log" 2>/dev/null | tail -n 15 || echo "(none)"
+}
+
+# wait_for LIMIT WHAT CMD...: says it waits for WHAT, runs CMD every 2 s
+# until it succeeds, and sets waited to the seconds it took; after LIMIT
+# seconds it prints why not (diagnose) and exits.
+wait_for() {
+  local limit=$1 what=$2 start=$SECONDS
+  shift 2
+  echo "waiting up to ${limit}s for $what"
+  until "$@"; do
+    if [ $((SECONDS - start)) -ge "$limit" ]; then
+      echo "timed out after ${limit}s waiting for $what" >&2
+      diagnose >&2
+      exit 1
+    fi
+    sleep 2
+  done
+  waited=$((SECONDS - start))
+}
+# available_replicas N: the model-server deployment has at least N available replicas.
+available_replicas() {
+  [ "$(k -n model-serving get deployment model-server -o jsonpath='{.status.availableReplicas}' 2>/dev/null)" -ge "$1" ] 2>/dev/null
+}
+# gpu_nodes N: the GPU pool has N nodes.
+gpu_nodes() {
+  [ "$(k get nodes -l fke.dev/nodepool=gpu --no-headers 2>/dev/null | wc -l)" = "$1" ]
+}
+# hpa_sees N: the HPA's last sync saw N replicas.
+hpa_sees() {
+  [ "$(k -n model-serving get hpa model-server -o jsonpath='{.status.currentReplicas}' 2>/dev/null)" = "$1" ]
+}
+# pod_running NAME: pod NAME (namespace default) is Running.
+pod_running() {
+  [ "$(k get pod "$1" -o jsonpath='{.status.phase}' 2>/dev/null)" = Running ]
+}
+
 step "Start the local management plane"
 fke --data-dir "$data" up
 
@@ -57,43 +114,23 @@ fke --data-dir "$data" release create model-serving --repo "file://$repo" --path
   --stage prod=demo --interval 30s
 start=$SECONDS
 fke --data-dir "$data" release sync model-serving --wait
-until [ "$(k -n model-serving get deployment model-server -o jsonpath='{.status.availableReplicas}' 2>/dev/null)" = 2 ]; do
-  [ $((SECONDS - start)) -lt 120 ] || { echo "model-server not available after 120s" >&2; exit 1; }
-  sleep 1
-done
+wait_for 120 "2 available model-server replicas (GPU nodes from zero, pods Running on them)" available_replicas 2
 echo "2 replicas available after $((SECONDS - start))s on $(k get nodes -l fke.dev/nodepool=gpu --no-headers | wc -l) GPU nodes"
 
-# gpu_nodes N waits until the GPU pool has N nodes.
-gpu_nodes() {
-  local n=$1 limit=$2 start=$SECONDS
-  until [ "$(k get nodes -l fke.dev/nodepool=gpu --no-headers 2>/dev/null | wc -l)" = "$n" ]; do
-    [ $((SECONDS - start)) -lt "$limit" ] || { echo "the GPU pool is not at $n nodes after ${limit}s" >&2; exit 1; }
-    sleep 2
-  done
-}
 step "Load step: 4.5 GPUs of offered load; the HPA on DCGM_FI_DEV_GPU_UTIL scales out, the autoscaler adds GPU nodes"
 k -n model-serving annotate deployment model-server fke.dev/simulate-gpu-load=4.5 --overwrite >/dev/null
-start=$SECONDS
-until [ "$(k -n model-serving get deployment model-server -o jsonpath='{.status.availableReplicas}' 2>/dev/null)" -ge 7 ] 2>/dev/null; do
-  [ $((SECONDS - start)) -lt 240 ] || { echo "model-server did not scale out within 240s" >&2; k -n model-serving describe hpa model-server >&2; exit 1; }
-  sleep 2
-done
-echo "$(k -n model-serving get deployment model-server -o jsonpath='{.status.availableReplicas}') replicas available after $((SECONDS - start))s (HPA syncs every 15 s)"
+wait_for 240 "7 available model-server replicas (the HPA scales out, new GPU nodes come up, pods Running on them)" available_replicas 7
 replicas=$(k -n model-serving get deployment model-server -o jsonpath='{.status.availableReplicas}')
-gpu_nodes "$replicas" 60
+echo "$replicas replicas available after ${waited}s (HPA syncs every 15 s)"
+wait_for 60 "the GPU pool at $replicas nodes, one per replica" gpu_nodes "$replicas"
 # The table below is the HPA's view once its next sync has seen the new replicas.
-start=$SECONDS
-until [ "$(k -n model-serving get hpa model-server -o jsonpath='{.status.currentReplicas}' 2>/dev/null)" = "$replicas" ]; do
-  [ $((SECONDS - start)) -lt 60 ] || { echo "the HPA did not see $replicas replicas within 60s" >&2; exit 1; }
-  sleep 1
-done
+wait_for 60 "the HPA to see $replicas replicas" hpa_sees "$replicas"
 k -n model-serving get hpa model-server
 
 step "Load drops to 0.5 GPUs: back to 2 replicas, and the GPU pool back to 2 nodes"
 k -n model-serving annotate deployment model-server fke.dev/simulate-gpu-load=0.5 --overwrite >/dev/null
-start=$SECONDS
-gpu_nodes 2 240
-echo "2 replicas on 2 GPU nodes after $((SECONDS - start))s (15 s HPA stabilization, 20 s unneeded time)"
+wait_for 240 "the GPU pool back at 2 nodes (the HPA scales in, the autoscaler removes unneeded nodes)" gpu_nodes 2
+echo "2 replicas on 2 GPU nodes after ${waited}s (15 s HPA stabilization, 20 s unneeded time)"
 
 if fke doctor >/dev/null 2>&1; then
   step "Real nodes: a local GPU pool at 0 (kubelet + containerd on this machine; simulated H100s without a driver)"
@@ -103,12 +140,8 @@ if fke doctor >/dev/null 2>&1; then
   img=$(fke --data-dir "$data" image list | awk '/fke\/demo-server/ {print $1; exit}')
   k run infer --image "$img" --restart Never --overrides '{"apiVersion":"v1","spec":{"nodeSelector":{"fke.dev/nodepool":"h100"},
     "containers":[{"name":"infer","image":"'"$img"'","resources":{"limits":{"nvidia.com/gpu":"2"}}}]}}'
-  start=$SECONDS
-  until [ "$(k get pod infer -o jsonpath='{.status.phase}' 2>/dev/null)" = Running ]; do
-    [ $((SECONDS - start)) -lt 180 ] || { echo "the GPU pod is not running after 180s" >&2; k describe pod infer >&2; exit 1; }
-    sleep 1
-  done
-  echo "a local GPU node came up and the pod runs after $((SECONDS - start))s; it was given these GPUs:"
+  wait_for 180 "pod infer Running on a local GPU node from zero" pod_running infer
+  echo "a local GPU node came up and the pod runs after ${waited}s; it was given these GPUs:"
   k get --raw /api/v1/namespaces/default/pods/infer:8080/proxy/ | grep -o 'GPU-[0-9a-f-]*' | sort -u | sed 's/^/  /'
   k get nodes -l fke.dev/nodepool=h100 -L nvidia.com/gpu.product,fke.dev/gpu.simulated
   k delete pod infer --wait=false
