@@ -160,7 +160,19 @@ func Render(src Source) (*Rendered, error) {
 	case SourceKustomize:
 		r.Objects, err = renderKustomization(t, rel)
 	default:
-		r.Objects, err = renderManifests(t, rel)
+		// Files are named as the caller named the source: below the path
+		// given on disk, or from the root of a tree given as Root.
+		name := func(p string) string { return filepath.ToSlash(p) }
+		if src.Root == "" {
+			name = func(p string) string {
+				below, err := filepath.Rel(rel, p)
+				if err != nil || below == "." {
+					return src.Path
+				}
+				return filepath.Join(src.Path, below)
+			}
+		}
+		r.Objects, err = renderManifests(t, rel, name)
 	}
 	if err != nil {
 		return nil, err
@@ -201,7 +213,7 @@ func readValuesFiles(t *tree, files []string) ([]Values, error) {
 	return out, nil
 }
 
-func renderManifests(t *tree, rel string) ([]*unstructured.Unstructured, error) {
+func renderManifests(t *tree, rel string, name func(string) string) ([]*unstructured.Unstructured, error) {
 	var out []*unstructured.Unstructured
 	st, err := t.stat("path", rel)
 	if err != nil {
@@ -212,7 +224,7 @@ func renderManifests(t *tree, rel string) ([]*unstructured.Unstructured, error) 
 		if err != nil {
 			return nil, fmt.Errorf("reading source: %w", err)
 		}
-		return ParseManifests(filepath.ToSlash(rel), data)
+		return ParseManifests(name(rel), data)
 	}
 	err = t.walkFiles(rel, func(p string, data []byte) error {
 		switch filepath.Ext(p) {
@@ -220,7 +232,7 @@ func renderManifests(t *tree, rel string) ([]*unstructured.Unstructured, error) 
 		default:
 			return nil
 		}
-		objs, err := ParseManifests(filepath.ToSlash(p), data)
+		objs, err := ParseManifests(name(p), data)
 		if err != nil {
 			return err
 		}
