@@ -330,19 +330,16 @@ func (n *Node) start(ctx context.Context) error {
 	}); err != nil {
 		return err
 	}
-	// The pod network waits for the Node's pod range while kube-proxy may
-	// wait for its certificate, which waits for the Node to register.
-	netCtx, stopNet := context.WithCancel(ctx)
-	defer stopNet()
-	network := make(chan error, 1)
-	go func() { network <- n.setUpPodNetwork(netCtx) }()
+	// kube-proxy first (its certificate waits for the Node to register,
+	// which it does NotReady), then the pod network: the Node turns Ready
+	// once its CNI configuration is written, and the pods it then runs
+	// must reach Services from their first connection (a connection made
+	// before kube-proxy's rules hangs until its own timeout).
 	if err := n.startProxy(ctx, enter); err != nil {
-		stopNet()
-		<-network
 		return err
 	}
 	n.setState("Running", "")
-	return <-network
+	return n.setUpPodNetwork(ctx)
 }
 
 // startProxy starts kube-proxy once it has its credential (see
