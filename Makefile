@@ -15,7 +15,7 @@ export CGO_CFLAGS ?= -O2 -g -Wno-deprecated-declarations
 BUILD_TAGS := kustomize_disable_go_plugin_support
 export GOFLAGS := $(strip $(GOFLAGS) -tags=$(BUILD_TAGS))
 
-.PHONY: help all build binaries demo-binaries generate chart-crds generate-tenant-crds manifests test test-unit test-integration test-e2e demo bench vet clean
+.PHONY: help all build binaries demo-binaries release generate chart-crds generate-tenant-crds manifests test test-unit test-integration test-e2e demo bench vet clean
 
 help: ## list the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
@@ -36,6 +36,12 @@ DEMO_BINARIES := etcd etcdutl kube-apiserver kube-controller-manager kube-schedu
 
 demo-binaries: ## build only the upstream binaries the demo runs
 	@hack/k8s/build.sh $(BIN) $(DEMO_BINARIES)
+
+VERSION ?=
+RELEASE_PLATFORMS ?= linux/amd64 linux/arm64
+
+release: ## make release VERSION=vX.Y.Z: per platform a tarball of every binary with its SBOM, the OCI images, the Helm chart and SHA256SUMS in _output/release/VERSION (no Docker)
+	@hack/release.sh "$(VERSION)" $(OUTPUT)/release/$(VERSION) $(RELEASE_PLATFORMS)
 
 $(CONTROLLER_GEN): hack/tools/go.mod hack/tools/go.sum
 	@mkdir -p $(dir $@)

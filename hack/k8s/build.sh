@@ -90,6 +90,14 @@ save_to_cache() {
 
 
 gover=$(go env GOVERSION)
+# Cross-builds (GOARCH=arm64 on an amd64 machine, by `make release`) are
+# stamped with their architecture and never use the cache, which holds this
+# machine's binaries.
+cross=""
+if [ "$(go env GOARCH)" != "$(go env GOHOSTARCH)" ] || [ "$(go env GOOS)" != "$(go env GOHOSTOS)" ]; then
+  cross=" $(go env GOOS)/$(go env GOARCH)"
+  unset FKE_BIN_CACHE
+fi
 total=${#selected[@]}
 i=0
 start_all=$SECONDS
@@ -104,7 +112,7 @@ for entry in "${selected[@]}"; do
   mkdir -p "$(dirname "$out/$name")"
   # The stamp: the module's pinned dependencies, the toolchain and the flags
   # (and for fke-kube-plane, whose code is fke's, its source).
-  stamp=$( (cat "$moddir/go.sum"; [ "$dir" != plane ] || cat "$moddir"/*.go; echo "$gover $pkg $ldflags") | sha256sum | cut -d' ' -f1)
+  stamp=$( (cat "$moddir/go.sum"; [ "$dir" != plane ] || cat "$moddir"/*.go; echo "$gover $pkg $ldflags$cross") | sha256sum | cut -d' ' -f1)
   cache=${FKE_BIN_CACHE:-}
   if [ -x "$out/$name" ] && [ "$(cat "$(stamp_of "$out" "$name")" 2>/dev/null)" = "$stamp" ]; then
     echo "[$i/$total] $name: up to date"

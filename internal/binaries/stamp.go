@@ -54,6 +54,15 @@ func ReadStamp(path string) (Stamp, error) {
 	return StampOf(bi), nil
 }
 
+// TestOnly are the upstream binaries only fke's tests run (Kueue, for its
+// end-to-end test): Components lists them, releases leave them out.
+var TestOnly = []string{"kueue"}
+
+// Own lists fke's own binaries (`make build`).
+func Own() []string {
+	return []string{"fke", Manager, GPUAgent, "fke-gpu-metrics", "fke-vpa", Pause, DemoServer}
+}
+
 // Components lists the upstream binaries fke runs, by the name Finder
 // resolves: the default version's, the older minor's (in its version
 // directory), and Kueue (its end-to-end test only).
@@ -68,5 +77,5 @@ func Components() []string {
 			out = append(out, filepath.Join(v, n))
 		}
 	}
-	return append(out, "kueue")
+	return append(out, TestOnly...)
 }

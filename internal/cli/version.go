@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"runtime/debug"
@@ -33,6 +34,10 @@ type versionReport struct {
 	Components []componentVersion `json:"components"`
 }
 
+// releaseVersion is the version of a release build (`make release` sets it:
+// -X fke.dev/fke/internal/cli.releaseVersion=vX.Y.Z); empty otherwise.
+var releaseVersion string
+
 // ownVersion reads fke's version from the build information Go stamps into
 // the binary (the module version, and the commit of the checkout it was
 // built from).
@@ -41,7 +46,7 @@ func ownVersion() fkeVersion {
 	if !ok {
 		return fkeVersion{Version: "unknown"}
 	}
-	v := fkeVersion{Version: bi.Main.Version, Go: bi.GoVersion}
+	v := fkeVersion{Version: cmp.Or(releaseVersion, bi.Main.Version), Go: bi.GoVersion}
 	for _, s := range bi.Settings {
 		switch s.Key {
 		case "vcs.revision":

@@ -53,6 +53,23 @@ func BinaryFiles(hostPath, imagePath string) ([]File, error) {
 	return files, nil
 }
 
+// elfArchs maps the ELF machines fke builds for to their GOARCH.
+var elfArchs = map[elf.Machine]string{elf.EM_X86_64: "amd64", elf.EM_AARCH64: "arm64"}
+
+// ELFArch returns the GOARCH of the executable at p (amd64 or arm64).
+func ELFArch(p string) (string, error) {
+	f, err := elf.Open(p)
+	if err != nil {
+		return "", fmt.Errorf("reading ELF file %s: %w", p, err)
+	}
+	defer f.Close()
+	arch, ok := elfArchs[f.Machine]
+	if !ok {
+		return "", fmt.Errorf("%s is built for %s, not amd64 or arm64", p, f.Machine)
+	}
+	return arch, nil
+}
+
 // elfDeps returns the interpreter and resolved DT_NEEDED libraries of the
 // ELF file at p; none for a static binary.
 func elfDeps(p string) ([]string, error) {

@@ -8,7 +8,9 @@ package image
 import (
 	"archive/tar"
 	"bytes"
+	"cmp"
 	"fmt"
+	"io"
 	"path"
 	"runtime"
 	"slices"
@@ -19,6 +21,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/empty"
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/static"
+	"github.com/google/go-containerregistry/pkg/v1/tarball"
 	"github.com/google/go-containerregistry/pkg/v1/types"
 )
 
@@ -46,13 +49,18 @@ type Spec struct {
 	Labels     map[string]string
 	// ExposedPorts are like "8080/tcp".
 	ExposedPorts []string
+	// Arch is the image's GOARCH; empty: this machine's.
+	Arch string
+	// Compress stores the layer gzip-compressed, for images that travel
+	// (a release's OCI layout) rather than to fke's registry on this machine.
+	Compress bool
 }
 
 // epoch is the timestamp of every file and of the image, so that building
 // the same files twice gives the same digest.
 var epoch = time.Unix(0, 0).UTC()
 
-// Build returns the image of s for linux on this machine's architecture.
+// Build returns the image of s for linux on s.Arch (default: this machine's).
 // Parent directories of every file are created (0755). It fails when a path
 // is relative or appears twice.
 func Build(s Spec) (v1.Image, error) {
@@ -62,10 +70,20 @@ func Build(s Spec) (v1.Image, error) {
 	}
 	img := mutate.MediaType(empty.Image, types.OCIManifestSchema1)
 	img = mutate.ConfigMediaType(img, types.OCIConfigJSON)
+	var l v1.Layer = static.NewLayer(layer, types.OCIUncompressedLayer)
+	mt := types.OCIUncompressedLayer
+	if s.Compress {
+		mt = types.OCILayer
+		l, err = tarball.LayerFromOpener(func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(layer)), nil },
+			tarball.WithMediaType(mt), tarball.WithCompressedCaching)
+		if err != nil {
+			return nil, fmt.Errorf("building image: %w", err)
+		}
+	}
 	img, err = mutate.Append(img, mutate.Addendum{
-		Layer:     static.NewLayer(layer, types.OCIUncompressedLayer),
+		Layer:     l,
 		History:   v1.History{Created: v1.Time{Time: epoch}, CreatedBy: "fke image build"},
-		MediaType: types.OCIUncompressedLayer,
+		MediaType: mt,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("building image: %w", err)
@@ -75,7 +93,7 @@ func Build(s Spec) (v1.Image, error) {
 		return nil, fmt.Errorf("building image: %w", err)
 	}
 	cf = cf.DeepCopy()
-	cf.OS, cf.Architecture = "linux", runtime.GOARCH
+	cf.OS, cf.Architecture = "linux", cmp.Or(s.Arch, runtime.GOARCH)
 	cf.Created = v1.Time{Time: epoch}
 	cf.Config = v1.Config{
 		Entrypoint: s.Entrypoint, Cmd: s.Cmd, Env: s.Env, User: s.User, WorkingDir: s.WorkingDir, Labels: s.Labels,

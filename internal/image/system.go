@@ -134,14 +134,28 @@ var ownBinaries = map[string]bool{binaries.Pause: true, binaries.DemoServer: tru
 
 // Build builds si from the binary at binPath.
 func (si SystemImage) Build(binPath string) (v1.Image, error) {
+	s, err := si.Spec(binPath)
+	if err != nil {
+		return nil, err
+	}
+	return Build(s)
+}
+
+// Spec is the image of si with the binary at binPath, for the binary's
+// architecture.
+func (si SystemImage) Spec(binPath string) (Spec, error) {
 	files, err := BinaryFiles(binPath, si.Path)
 	if err != nil {
-		return nil, fmt.Errorf("image %s: %w", si.Name, err)
+		return Spec{}, fmt.Errorf("image %s: %w", si.Name, err)
 	}
-	return Build(Spec{
+	arch, err := ELFArch(binPath)
+	if err != nil {
+		return Spec{}, fmt.Errorf("image %s: %w", si.Name, err)
+	}
+	return Spec{
 		Files: files, Entrypoint: append([]string{si.Path}, si.Args...), User: si.User, ExposedPorts: si.ExposedPorts,
-		Labels: map[string]string{"org.opencontainers.image.title": si.Name, "dev.fke.built-by": "fke"},
-	})
+		Labels: map[string]string{"org.opencontainers.image.title": si.Name, "dev.fke.built-by": "fke"}, Arch: arch,
+	}, nil
 }
 
 // Pushed is one system image in the registry.

@@ -29,8 +29,10 @@ import (
 
 	fkev1 "fke.dev/fke/api/v1alpha1"
 	"fke.dev/fke/config/crd"
+	"fke.dev/fke/internal/image"
 	"fke.dev/fke/internal/manager"
-	"fke.dev/fke/internal/versions"
+	"fke.dev/fke/internal/nodejoin"
+	"fke.dev/fke/internal/release"
 	"fke.dev/fke/test/testenv"
 )
 
@@ -42,18 +44,32 @@ const (
 	managerName = "fke"
 )
 
-// TestHelmChart: fke hosting fke. A cluster with one local CPU node is the
-// management cluster; fke-manager's image goes to fke's registry (`fke
-// image push-manager`), and the chart charts/fke is installed and upgraded
-// there with Helm's SDK, as `helm install` and `helm upgrade` do. The
-// manager runs with the kwok provider and no control-plane runtime: the
-// local runtime runs tenant control planes as processes beside the
-// manager, which its image does not hold, and the hosted one is not
-// written yet.
+// TestHelmChart: fke hosting fke, from a release. A release of fke is laid
+// out from the binaries already built (`make release`'s layout, no second
+// build) and unpacked as a user would; fke runs from the unpacked tarball.
+// A cluster with one local CPU node is the management cluster; the
+// release's images go to fke's registry (`fke image push` of its OCI
+// layout), and the release's packaged chart is installed and upgraded
+// there with Helm's SDK, as `helm install` and `helm upgrade` do, naming
+// no image: the chart's default, the manager's image at the release's
+// version. The manager runs with the kwok provider and first no
+// control-plane runtime (the local runtime runs tenant control planes as
+// processes beside the manager, which its image does not hold), then the
+// hosted one with the release's control-plane images.
 func TestHelmChart(t *testing.T) {
 	requireNodeTools(t)
-	mgrBin := buildManager(t)
-	e := upForLocalNodes(t)
+	rel := testenv.MakeRelease(t, "v0.99.0", map[string]string{"fke-manager": buildManager(t)})
+	e := testenv.New(t)
+	e.Fke, e.BinDir = filepath.Join(rel.Bin, "fke"), rel.Bin
+	upForLocalNodesWith(t, e)
+	t.Run("fke runs the release's binaries", func(t *testing.T) {
+		out := e.For(t).MustRun("version")
+		for _, c := range release.Upstream() {
+			if !strings.Contains(out, filepath.Join(rel.Bin, c)) {
+				t.Errorf("fke version does not name %s from the release:\n%s", c, out)
+			}
+		}
+	})
 	e.MustRun("cluster", "create", "mgmt", "--wait", "--metrics-server=false")
 	e.WaitSystemImages()
 	e.MustRun("nodepool", "create", "mgmt/cpu", "--provider", "local", "--instance-type", "cpu-small", "--replicas", "1")
@@ -61,15 +77,19 @@ func TestHelmChart(t *testing.T) {
 	waitReadyLocalNode(t, cs)
 
 	start := time.Now()
-	out := e.MustRun("image", "push-manager", "--from", mgrBin)
-	m := regexp.MustCompile(`--set image\.registry=(\S+) --set image\.digest=(sha256:[0-9a-f]{64})`).FindStringSubmatch(out)
+	out := e.MustRun("image", "push", rel.Images)
+	m := regexp.MustCompile(`pushed (\S+)/fke/manager:` + regexp.QuoteMeta(rel.Version) + ` `).FindStringSubmatch(out)
 	if m == nil {
-		t.Fatalf("push-manager printed no Helm values:\n%s", out)
+		t.Fatalf("pushing the release's images pushed no fke/manager:%s:\n%s", rel.Version, out)
 	}
-	t.Logf("FIGURE build and push the manager's image: %s", time.Since(start).Round(10*time.Millisecond))
+	nodeReg, err := nodejoin.NodeRegistry(m[1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("FIGURE push the release's images: %s", time.Since(start).Round(10*time.Millisecond))
 	values := func(replicas int, memoryLimit string) map[string]any {
 		return map[string]any{
-			"image":     map[string]any{"registry": m[1], "digest": m[2]},
+			"image":     map[string]any{"registry": nodeReg},
 			"providers": []any{"kwok"},
 			"replicas":  replicas,
 			"resources": map[string]any{"limits": map[string]any{"memory": memoryLimit}},
@@ -78,8 +98,9 @@ func TestHelmChart(t *testing.T) {
 	hostedValues := func() map[string]any {
 		v := values(2, "768Mi")
 		v["runtimes"] = []any{"hosted"}
-		// The version before too: a hosted cluster upgrades from it.
-		v["hosted"] = map[string]any{"registry": pushControlPlane(t, e, versions.Previous, versions.Default)}
+		// The release holds both versions' images: a hosted cluster
+		// upgrades from the older.
+		v["hosted"] = map[string]any{"registry": nodeReg + "/" + image.ControlPlaneRepository}
 		return v
 	}
 
@@ -88,9 +109,12 @@ func TestHelmChart(t *testing.T) {
 		t.Fatal(err)
 	}
 	cfg := helmConfig(t, kubeconfig)
-	ch, err := loader.Load(filepath.Join(testenv.RepoRoot(), "charts", "fke"))
+	ch, err := loader.Load(rel.Chart)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if ch.Metadata.AppVersion != rel.Version {
+		t.Fatalf("the release's chart has appVersion %s, want %s", ch.Metadata.AppVersion, rel.Version)
 	}
 	t.Cleanup(func() {
 		if t.Failed() {

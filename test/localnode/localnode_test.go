@@ -481,6 +481,13 @@ func TestLocalNodes(t *testing.T) {
 func upForLocalNodes(t *testing.T) *testenv.Env {
 	t.Helper()
 	e := testenv.New(t)
+	upForLocalNodesWith(t, e)
+	return e
+}
+
+// upForLocalNodesWith is upForLocalNodes with e's fke and binaries.
+func upForLocalNodesWith(t *testing.T, e *testenv.Env) {
+	t.Helper()
 	// Cleanups run last-registered first: logs, then fke down, then the check.
 	t.Cleanup(func() { assertNoLeftovers(t, e.DataDir) })
 	e.MustRun("up", "--warm-pool=0")
@@ -490,7 +497,6 @@ func upForLocalNodes(t *testing.T) *testenv.Env {
 		}
 	})
 	t.Cleanup(func() { dumpNodeLogs(t, e) })
-	return e
 }
 
 func nodeHasImage(n *corev1.Node, ref string) bool {

@@ -121,6 +121,15 @@ type Env struct {
 func Up(t testing.TB, flags ...string) *Env {
 	t.Helper()
 	e := New(t)
+	e.Up(flags...)
+	return e
+}
+
+// Up runs `fke up` for e (see the function Up), with e's fke and binary
+// directory: a test may point them elsewhere (a release's) first.
+func (e *Env) Up(flags ...string) {
+	t := e.T
+	t.Helper()
 	args := []string{"up"}
 	if !slices.ContainsFunc(flags, func(f string) bool { return strings.HasPrefix(f, "--warm-pool") }) {
 		args = append(args, "--warm-pool=0")
@@ -132,7 +141,6 @@ func Up(t testing.TB, flags ...string) *Env {
 			t.Errorf("fke down: %v\n%s", err, out)
 		}
 	})
-	return e
 }
 
 // New prepares an Env without starting anything.
