@@ -20,7 +20,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	fkev1 "fke.dev/fke/api/v1alpha1"
-	"fke.dev/fke/internal/controller/cluster"
 	"fke.dev/fke/internal/pki"
 	"fke.dev/fke/test/testenv"
 )
@@ -135,7 +134,7 @@ func BenchmarkWarmCreate(b *testing.B) {
 			waitReadyz(b, c, name)
 			durations = append(durations, time.Since(start))
 			secret := &corev1.Secret{}
-			if err := c.Get(context.Background(), client.ObjectKey{Namespace: "default", Name: cluster.PKISecretName(name)}, secret); err != nil {
+			if err := c.Get(context.Background(), client.ObjectKey{Namespace: "default", Name: fkev1.PKISecretName(name)}, secret); err != nil {
 				b.Fatal(err)
 			}
 			if !bytes.Equal(secret.Data[pki.CACertFile], ca) {

@@ -18,7 +18,7 @@ import (
 
 	fkev1 "fke.dev/fke/api/v1alpha1"
 	"fke.dev/fke/internal/backup"
-	"fke.dev/fke/internal/controller/cluster"
+	"fke.dev/fke/internal/clusterbackup"
 )
 
 func newClusterBackupCmd(g *globals) *cobra.Command {
@@ -179,8 +179,8 @@ func deletedSource(ctx context.Context, c client.Client, namespace, name string)
 		return nil, fmt.Errorf("cluster %q not found, and no snapshot of a deleted cluster of that name is kept (list clusters with `fke cluster list`)", name)
 	}
 	src := &fkev1.Cluster{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name}}
-	src.Spec.Version = newest.Annotations[cluster.AnnotationKeysVersion]
-	src.Spec.Network.ServiceCIDR = newest.Annotations[cluster.AnnotationKeysServiceCIDR]
+	src.Spec.Version = newest.Annotations[clusterbackup.AnnotationKeysVersion]
+	src.Spec.Network.ServiceCIDR = newest.Annotations[clusterbackup.AnnotationKeysServiceCIDR]
 	src.Spec.Runtime = fkev1.RuntimeLocal
 	return src, nil
 }

@@ -28,7 +28,6 @@ import (
 
 	fkev1 "fke.dev/fke/api/v1alpha1"
 	"fke.dev/fke/internal/addons"
-	"fke.dev/fke/internal/controller/cluster"
 	"fke.dev/fke/internal/versions"
 )
 
@@ -588,13 +587,13 @@ func newKubeconfigCmd(g *globals) *cobra.Command {
 				return err
 			}
 			s := &corev1.Secret{}
-			if err := c.Get(cmd.Context(), client.ObjectKey{Namespace: g.namespace, Name: cluster.KubeconfigSecretName(name)}, s); err != nil {
+			if err := c.Get(cmd.Context(), client.ObjectKey{Namespace: g.namespace, Name: fkev1.KubeconfigSecretName(name)}, s); err != nil {
 				if apierrors.IsNotFound(err) {
 					return fmt.Errorf("cluster %s has no kubeconfig yet (phase %s): wait with `fke cluster get %s`", name, orDash(cl.Status.Phase), name)
 				}
 				return explain(err, "kubeconfig")
 			}
-			data := s.Data[cluster.KubeconfigKey]
+			data := s.Data[fkev1.KubeconfigKey]
 			if !merge {
 				_, err := g.out.Write(data)
 				return err

@@ -26,7 +26,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	fkev1 "fke.dev/fke/api/v1alpha1"
-	"fke.dev/fke/internal/controller/cluster"
 	"fke.dev/fke/internal/deploy"
 	"fke.dev/fke/internal/deploy/capacity"
 	"fke.dev/fke/internal/versions"
@@ -89,13 +88,13 @@ func (t *target) connect(ctx context.Context, g *globals, needMgmt bool) error {
 		return nil
 	}
 	s := &corev1.Secret{}
-	if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: cluster.KubeconfigSecretName(name)}, s); err != nil {
+	if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: fkev1.KubeconfigSecretName(name)}, s); err != nil {
 		if apierrors.IsNotFound(err) {
 			return fmt.Errorf("cluster %s has no kubeconfig yet (phase %s): wait with `fke cluster get %s`", name, orDash(cl.Status.Phase), name)
 		}
 		return explain(err, "kubeconfig")
 	}
-	cfg, err := clientcmd.RESTConfigFromKubeConfig(s.Data[cluster.KubeconfigKey])
+	cfg, err := clientcmd.RESTConfigFromKubeConfig(s.Data[fkev1.KubeconfigKey])
 	if err != nil {
 		return fmt.Errorf("kubeconfig of cluster %s: %w", name, err)
 	}

@@ -21,7 +21,6 @@ import (
 
 	fkev1 "fke.dev/fke/api/v1alpha1"
 	"fke.dev/fke/internal/bootstrap"
-	"fke.dev/fke/internal/controller/cluster"
 	"fke.dev/fke/internal/hostnet"
 	"fke.dev/fke/internal/localplane"
 	"fke.dev/fke/internal/manager"
@@ -108,10 +107,10 @@ func newNodeBootstrapFileCmd(g *globals) *cobra.Command {
 				return err
 			}
 			s := &corev1.Secret{}
-			if err := c.Get(ctx, client.ObjectKey{Namespace: g.namespace, Name: cluster.KubeconfigSecretName(name)}, s); err != nil {
+			if err := c.Get(ctx, client.ObjectKey{Namespace: g.namespace, Name: fkev1.KubeconfigSecretName(name)}, s); err != nil {
 				return fmt.Errorf("cluster %s has no kubeconfig yet: wait with `fke cluster get %s`: %w", name, name, err)
 			}
-			cfg, err := clientcmd.RESTConfigFromKubeConfig(s.Data[cluster.KubeconfigKey])
+			cfg, err := clientcmd.RESTConfigFromKubeConfig(s.Data[fkev1.KubeconfigKey])
 			if err != nil {
 				return err
 			}

@@ -1,9 +1,10 @@
 package cli
 
 import (
-	fkev1 "fke.dev/fke/api/v1alpha1"
 	"strings"
 	"testing"
+
+	fkev1 "fke.dev/fke/api/v1alpha1"
 
 	corev1 "k8s.io/api/core/v1"
 )

@@ -33,7 +33,7 @@ import (
 	"fke.dev/fke/internal/bootstrap"
 	backupcontroller "fke.dev/fke/internal/controller/backup"
 	"fke.dev/fke/internal/controller/cluster"
-	"fke.dev/fke/internal/controller/index"
+	"fke.dev/fke/internal/index"
 	"fke.dev/fke/internal/controller/machine"
 	"fke.dev/fke/internal/controller/nodepool"
 	releasecontroller "fke.dev/fke/internal/controller/release"

@@ -19,7 +19,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	fkev1 "fke.dev/fke/api/v1alpha1"
-	"fke.dev/fke/internal/controller/cluster"
 	"fke.dev/fke/internal/pki"
 	"fke.dev/fke/test/testenv"
 )
@@ -229,7 +228,7 @@ func waitReady(t *testing.T, e *testenv.Env, name string) {
 func clusterCA(t *testing.T, e *testenv.Env, name string) string {
 	t.Helper()
 	s := &corev1.Secret{}
-	if err := e.Client().Get(context.Background(), client.ObjectKey{Namespace: "default", Name: cluster.PKISecretName(name)}, s); err != nil {
+	if err := e.Client().Get(context.Background(), client.ObjectKey{Namespace: "default", Name: fkev1.PKISecretName(name)}, s); err != nil {
 		t.Fatal(err)
 	}
 	return string(s.Data[pki.CACertFile])

@@ -21,7 +21,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	fkev1 "fke.dev/fke/api/v1alpha1"
-	"fke.dev/fke/internal/controller/cluster"
 	"fke.dev/fke/internal/pki"
 	"fke.dev/fke/test/testenv"
 )
@@ -108,7 +107,7 @@ func TestWarmPool(t *testing.T) {
 	fromPool, cas, cold := 0, map[string]string{}, ""
 	for _, n := range names {
 		secret := &corev1.Secret{}
-		if err := e.Client().Get(ctx, client.ObjectKey{Namespace: "default", Name: cluster.PKISecretName(n)}, secret); err != nil {
+		if err := e.Client().Get(ctx, client.ObjectKey{Namespace: "default", Name: fkev1.PKISecretName(n)}, secret); err != nil {
 			t.Fatal(err)
 		}
 		ca := secret.Data[pki.CACertFile]

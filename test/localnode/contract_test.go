@@ -11,7 +11,6 @@ import (
 
 	fkev1 "fke.dev/fke/api/v1alpha1"
 	"fke.dev/fke/internal/binaries"
-	clusterctrl "fke.dev/fke/internal/controller/cluster"
 	"fke.dev/fke/internal/nodejoin"
 	"fke.dev/fke/internal/nodeprovider"
 	"fke.dev/fke/internal/nodeprovider/local"
@@ -73,7 +72,7 @@ func providerCluster(t *testing.T, e *testenv.Env, name string) nodeprovider.Clu
 		ClusterName: name, Server: server, TLSServerName: nodejoin.ServerName,
 		CA: func(ctx context.Context) (*pki.KeyPair, error) {
 			s := &corev1.Secret{}
-			if err := c.Get(ctx, client.ObjectKey{Namespace: "default", Name: clusterctrl.PKISecretName(name)}, s); err != nil {
+			if err := c.Get(ctx, client.ObjectKey{Namespace: "default", Name: fkev1.PKISecretName(name)}, s); err != nil {
 				return nil, err
 			}
 			return pki.Bundle(s.Data).KeyPair(pki.CA)

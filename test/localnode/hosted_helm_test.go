@@ -32,7 +32,6 @@ import (
 
 	fkev1 "fke.dev/fke/api/v1alpha1"
 	"fke.dev/fke/internal/addons"
-	"fke.dev/fke/internal/controller/cluster"
 	"fke.dev/fke/internal/controlplane/hosted"
 	"fke.dev/fke/internal/image"
 	"fke.dev/fke/internal/manager"
@@ -115,10 +114,10 @@ func testHostedClusters(t *testing.T, e *testenv.Env, cs kubernetes.Interface, m
 		t.Logf("FIGURE hosted cluster %s (%s etcd) created -> Ready, with the leader's pod deleted on the way: %s",
 			name, clusters[name], time.Since(start).Round(100*time.Millisecond))
 		s := &corev1.Secret{}
-		if err := c.Get(t.Context(), client.ObjectKey{Namespace: "default", Name: cluster.KubeconfigSecretName(name)}, s); err != nil {
+		if err := c.Get(t.Context(), client.ObjectKey{Namespace: "default", Name: fkev1.KubeconfigSecretName(name)}, s); err != nil {
 			t.Fatal(err)
 		}
-		cfg, err := clientcmd.RESTConfigFromKubeConfig(s.Data[cluster.KubeconfigKey])
+		cfg, err := clientcmd.RESTConfigFromKubeConfig(s.Data[fkev1.KubeconfigKey])
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -198,10 +197,10 @@ func testHostedClusters(t *testing.T, e *testenv.Env, cs kubernetes.Interface, m
 		})
 		t.Logf("FIGURE hosted cluster hosted-c restored from hosted-b's snapshot -> Ready: %s", time.Since(start).Round(100*time.Millisecond))
 		s := &corev1.Secret{}
-		if err := c.Get(t.Context(), client.ObjectKey{Namespace: "default", Name: cluster.KubeconfigSecretName("hosted-c")}, s); err != nil {
+		if err := c.Get(t.Context(), client.ObjectKey{Namespace: "default", Name: fkev1.KubeconfigSecretName("hosted-c")}, s); err != nil {
 			t.Fatal(err)
 		}
-		cfg, err := clientcmd.RESTConfigFromKubeConfig(s.Data[cluster.KubeconfigKey])
+		cfg, err := clientcmd.RESTConfigFromKubeConfig(s.Data[fkev1.KubeconfigKey])
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -365,7 +364,7 @@ func testHostedClusters(t *testing.T, e *testenv.Env, cs kubernetes.Interface, m
 				if err := c.Get(t.Context(), client.ObjectKey{Name: hosted.Namespace("default/" + name)}, &corev1.Namespace{}); !apierrors.IsNotFound(err) {
 					return fmt.Errorf("namespace still there (%v)", err)
 				}
-				for _, s := range []string{cluster.KubeconfigSecretName(name), cluster.PKISecretName(name)} {
+				for _, s := range []string{fkev1.KubeconfigSecretName(name), fkev1.PKISecretName(name)} {
 					if err := c.Get(t.Context(), client.ObjectKey{Namespace: "default", Name: s}, &corev1.Secret{}); !apierrors.IsNotFound(err) {
 						return fmt.Errorf("secret %s still there (%v)", s, err)
 					}

@@ -36,7 +36,7 @@ import (
 	"fke.dev/fke/internal/autoscaler"
 	"fke.dev/fke/internal/autoscaler/decide"
 	provreqv1 "fke.dev/fke/internal/autoscaler/provreq/v1"
-	"fke.dev/fke/internal/controller/index"
+	"fke.dev/fke/internal/index"
 	"fke.dev/fke/internal/tenant"
 )
 

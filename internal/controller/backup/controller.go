@@ -24,7 +24,7 @@ import (
 
 	fkev1 "fke.dev/fke/api/v1alpha1"
 	"fke.dev/fke/internal/backup"
-	clustercontroller "fke.dev/fke/internal/controller/cluster"
+	"fke.dev/fke/internal/clusterbackup"
 	"fke.dev/fke/internal/controlplane"
 	"fke.dev/fke/internal/pki"
 )
@@ -66,7 +66,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if err := r.Client.Get(ctx, req.NamespacedName, cl); err != nil {
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
-	rt := clustercontroller.RuntimeOf(r.Runtimes, cl)
+	rt := clusterbackup.RuntimeOf(r.Runtimes, cl)
 	if !cl.DeletionTimestamp.IsZero() || !meta.IsStatusConditionTrue(cl.Status.Conditions, fkev1.ConditionControlPlaneReady) || rt == nil {
 		return ctrl.Result{}, nil
 	}
@@ -152,15 +152,15 @@ func retain(cl *fkev1.Cluster) int {
 // take snapshots cl's etcd and prunes the old snapshots.
 func (r *Reconciler) take(ctx context.Context, rt controlplane.Runtime, cl *fkev1.Cluster, now time.Time) (*backup.Snapshot, error) {
 	secret := &corev1.Secret{}
-	if err := r.Client.Get(ctx, client.ObjectKey{Namespace: cl.Namespace, Name: clustercontroller.PKISecretName(cl.Name)}, secret); err != nil {
+	if err := r.Client.Get(ctx, client.ObjectKey{Namespace: cl.Namespace, Name: fkev1.PKISecretName(cl.Name)}, secret); err != nil {
 		return nil, fmt.Errorf("reading the cluster's PKI: %w", err)
 	}
 	dir := ClusterDir(r.Dir, cl.Namespace, cl.Name)
-	snap, err := clustercontroller.TakeSnapshot(ctx, rt, cl, pki.Bundle(secret.Data), dir, now)
+	snap, err := clusterbackup.TakeSnapshot(ctx, rt, cl, pki.Bundle(secret.Data), dir, now)
 	if err != nil {
 		return nil, err
 	}
-	if err := clustercontroller.EnsureRestoreKeys(ctx, r.Client, cl, pki.Bundle(secret.Data)); err != nil {
+	if err := clusterbackup.EnsureRestoreKeys(ctx, r.Client, cl, pki.Bundle(secret.Data)); err != nil {
 		return &snap, err
 	}
 	if _, err := backup.Prune(dir, retain(cl)); err != nil {
@@ -188,7 +188,7 @@ func (r *Reconciler) upload(ctx context.Context, cl *fkev1.Cluster) *uploadResul
 	}
 	ctx, cancel := context.WithTimeout(ctx, uploadTimeout)
 	defer cancel()
-	rem, err := clustercontroller.OpenStore(ctx, r.Client, cl.Namespace, cl.Name, cl.Spec.Backup.S3)
+	rem, err := clusterbackup.OpenStore(ctx, r.Client, cl.Namespace, cl.Name, cl.Spec.Backup.S3)
 	if err != nil {
 		return &uploadResult{err: err}
 	}
@@ -233,7 +233,7 @@ func (r *Reconciler) setResult(ctx context.Context, cl *fkev1.Cluster, requested
 			meta.SetStatusCondition(&cl.Status.Conditions, *uploaded)
 		}
 		if kept, lerr := backup.List(ClusterDir(r.Dir, cl.Namespace, cl.Name)); lerr == nil {
-			cl.Status.Backups = clustercontroller.BackupRecords(cl.Status.Backups, kept, remote, remoteKnown)
+			cl.Status.Backups = clusterbackup.BackupRecords(cl.Status.Backups, kept, remote, remoteKnown)
 		}
 	}
 	for attempt := 1; ; attempt++ {

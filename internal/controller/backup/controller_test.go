@@ -21,7 +21,6 @@ import (
 
 	fkev1 "fke.dev/fke/api/v1alpha1"
 	"fke.dev/fke/internal/backup"
-	clustercontroller "fke.dev/fke/internal/controller/cluster"
 	"fke.dev/fke/internal/controlplane"
 )
 
@@ -235,7 +234,7 @@ func TestReconcileTakesOneSnapshotPerRequest(t *testing.T) {
 		Annotations: map[string]string{fkev1.AnnotationBackupRequested: "req-1"}}}
 	cl.Spec.Runtime = fkev1.RuntimeLocal
 	cl.Status.Conditions = []metav1.Condition{{Type: fkev1.ConditionControlPlaneReady, Status: metav1.ConditionTrue, Reason: "Ready", LastTransitionTime: metav1.Now()}}
-	pkiSecret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: clustercontroller.PKISecretName("demo")}}
+	pkiSecret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: fkev1.PKISecretName("demo")}}
 	c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(cl, pkiSecret).WithStatusSubresource(cl).Build()
 	now := time.Date(2026, 12, 1, 3, 0, 0, 400_000_000, time.UTC)
 	rt := &snapshotRuntime{}

@@ -33,6 +33,7 @@ import (
 	"fke.dev/fke/internal/addons"
 	"fke.dev/fke/internal/backup"
 	"fke.dev/fke/internal/bootstrap"
+	"fke.dev/fke/internal/clusterbackup"
 	"fke.dev/fke/internal/controlplane"
 	"fke.dev/fke/internal/nodeprovider"
 	"fke.dev/fke/internal/pki"
@@ -249,7 +250,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.
 		// Components start again at the version they ran, also in the
 		// middle of an upgrade; reconcileUpgrade moves them on.
 		ComponentVersions: startVersions(cl),
-		Ports:             portsFromStatus(cl.Status.Ports),
+		Ports:             clusterbackup.PortsOf(cl.Status.Ports),
 		PodCIDR:           cl.Spec.Network.PodCIDR,
 		ServiceCIDR:       cl.Spec.Network.ServiceCIDR,
 		PKI:               bundle,
@@ -275,7 +276,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.
 		return ctrl.Result{}, err
 	}
 	cl.Status.Endpoint = st.Endpoint
-	cl.Status.KubeconfigSecret = kubeconfigSecretName(cl.Name)
+	cl.Status.KubeconfigSecret = fkev1.KubeconfigSecretName(cl.Name)
 	computeStatus(cl, st)
 	if cs := componentVersions(st); st.Ready() || len(cl.Status.ControlPlane) == 0 {
 		cl.Status.ControlPlane = cs
@@ -385,26 +386,7 @@ func startPoll(rt controlplane.Runtime) time.Duration {
 }
 
 func (r *Reconciler) runtime(cl *fkev1.Cluster) controlplane.Runtime {
-	return RuntimeOf(r.Runtimes, cl)
-}
-
-// RuntimeOf returns the runtime of runtimes that serves cl's spec.runtime
-// (nil: none does).
-func RuntimeOf(runtimes map[fkev1.ControlPlaneRuntime]controlplane.Runtime, cl *fkev1.Cluster) controlplane.Runtime {
-	name := cl.Spec.Runtime
-	if name == "" {
-		name = fkev1.RuntimeLocal
-	}
-	return runtimes[name]
-}
-
-// TakeSnapshot takes a snapshot of cl's running control plane into dir
-// through its runtime rt (see controlplane.Runtime.Snapshot).
-func TakeSnapshot(ctx context.Context, rt controlplane.Runtime, cl *fkev1.Cluster, bundle pki.Bundle, dir backup.Dir, now time.Time) (backup.Snapshot, error) {
-	spec := controlplane.Spec{
-		Key: client.ObjectKeyFromObject(cl).String(), PKI: bundle, Ports: portsFromStatus(cl.Status.Ports), Datastore: string(cl.Spec.Datastore),
-	}
-	return rt.Snapshot(ctx, spec, dir, now, string(cl.UID))
+	return clusterbackup.RuntimeOf(r.Runtimes, cl)
 }
 
 // backupDir is where the snapshots of cluster namespace/name are kept.
@@ -417,7 +399,7 @@ func (r *Reconciler) backupDir(namespace, name string) backup.Dir {
 // keeps the keys that restore it, and lists it in status.backups.
 func (r *Reconciler) keepSnapshot(ctx context.Context, cl *fkev1.Cluster, bundle pki.Bundle, now time.Time) (backup.Snapshot, error) {
 	dir := r.backupDir(cl.Namespace, cl.Name)
-	snap, err := TakeSnapshot(ctx, r.runtime(cl), cl, bundle, dir, now)
+	snap, err := clusterbackup.TakeSnapshot(ctx, r.runtime(cl), cl, bundle, dir, now)
 	if errors.Is(err, backup.ErrExists) {
 		// A snapshot was taken in this second (perhaps the one a restore
 		// in place reads): this one is named after the next.
@@ -426,16 +408,16 @@ func (r *Reconciler) keepSnapshot(ctx context.Context, cl *fkev1.Cluster, bundle
 			return backup.Snapshot{}, ctx.Err()
 		case <-time.After(time.Until(backup.NextName(now))):
 		}
-		snap, err = TakeSnapshot(ctx, r.runtime(cl), cl, bundle, dir, time.Now())
+		snap, err = clusterbackup.TakeSnapshot(ctx, r.runtime(cl), cl, bundle, dir, time.Now())
 	}
 	if err == nil {
-		err = EnsureRestoreKeys(ctx, r.Client, cl, bundle)
+		err = clusterbackup.EnsureRestoreKeys(ctx, r.Client, cl, bundle)
 	}
 	if err != nil {
 		return backup.Snapshot{}, err
 	}
 	if kept, lerr := backup.List(dir); lerr == nil {
-		cl.Status.Backups = BackupRecords(cl.Status.Backups, kept, nil, false)
+		cl.Status.Backups = clusterbackup.BackupRecords(cl.Status.Backups, kept, nil, false)
 	}
 	return snap, nil
 }
@@ -553,7 +535,7 @@ func (r *Reconciler) finalize(ctx context.Context, cl *fkev1.Cluster) (waiting b
 		r.Recorder.Eventf(cl, nil, corev1.EventTypeWarning, "DeleteFailed", "Delete", "deleting control plane: %v", err)
 		return false, fmt.Errorf("deleting control plane %s: %w", key, err)
 	}
-	for _, name := range []string{pkiSecretName(cl.Name), kubeconfigSecretName(cl.Name)} {
+	for _, name := range []string{fkev1.PKISecretName(cl.Name), fkev1.KubeconfigSecretName(cl.Name)} {
 		s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: cl.Namespace, Name: name}}
 		if err := r.Client.Delete(ctx, s); err != nil && !apierrors.IsNotFound(err) {
 			return false, fmt.Errorf("deleting secret %s: %w", name, err)

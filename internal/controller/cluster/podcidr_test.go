@@ -2,9 +2,10 @@ package cluster
 
 import (
 	"context"
-	corev1 "k8s.io/api/core/v1"
 	"net/netip"
 	"testing"
+
+	corev1 "k8s.io/api/core/v1"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"

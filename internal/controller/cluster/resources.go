@@ -19,26 +19,6 @@ import (
 	"fke.dev/fke/internal/supervisor"
 )
 
-// KubeconfigKey is the key of the admin kubeconfig in the kubeconfig Secret
-// (the Cluster API convention).
-const KubeconfigKey = "value"
-
-func pkiSecretName(cluster string) string        { return cluster + "-pki" }
-func kubeconfigSecretName(cluster string) string { return cluster + "-kubeconfig" }
-
-// KubeconfigSecretName names the Secret that holds a cluster's admin kubeconfig.
-func KubeconfigSecretName(cluster string) string { return kubeconfigSecretName(cluster) }
-
-// PKISecretName names the Secret that holds a cluster's certificates and keys.
-func PKISecretName(cluster string) string { return pkiSecretName(cluster) }
-
-func portsFromStatus(p fkev1.ClusterPorts) controlplane.Ports {
-	return controlplane.Ports{
-		APIServer: int(p.APIServer), EtcdClient: int(p.EtcdClient), EtcdPeer: int(p.EtcdPeer),
-		ControllerManager: int(p.ControllerManager), Scheduler: int(p.Scheduler),
-	}
-}
-
 // portFields lists the loopback ports of a cluster, in allocation order.
 func portFields(p *fkev1.ClusterPorts) []*int32 {
 	return []*int32{&p.APIServer, &p.EtcdClient, &p.EtcdPeer, &p.ControllerManager, &p.Scheduler, &p.MetricsServer, &p.GPUMetrics, &p.VPAWebhook}
@@ -167,7 +147,7 @@ func (r *Reconciler) ensurePKI(ctx context.Context, cl *fkev1.Cluster) (pki.Bund
 		return nil, err
 	}
 	secret := &corev1.Secret{}
-	key := client.ObjectKey{Namespace: cl.Namespace, Name: pkiSecretName(cl.Name)}
+	key := client.ObjectKey{Namespace: cl.Namespace, Name: fkev1.PKISecretName(cl.Name)}
 	exists := true
 	if err := r.Client.Get(ctx, key, secret); err != nil {
 		if !apierrors.IsNotFound(err) {
@@ -200,14 +180,14 @@ func (r *Reconciler) ensurePKI(ctx context.Context, cl *fkev1.Cluster) (pki.Bund
 	// recovered from it when the cluster's data directory cannot.
 	enc, encChanged, err := encryption.Ensure(bundle[encryption.ConfigFile])
 	if err != nil {
-		return nil, fmt.Errorf("secret %s, key %s: %w", pkiSecretName(cl.Name), encryption.ConfigFile, err)
+		return nil, fmt.Errorf("secret %s, key %s: %w", fkev1.PKISecretName(cl.Name), encryption.ConfigFile, err)
 	}
 	bundle[encryption.ConfigFile] = enc
 	changed = changed || encChanged
 	if !changed && exists {
 		return bundle, nil
 	}
-	desired := ownedSecret(cl, pkiSecretName(cl.Name), bundle)
+	desired := ownedSecret(cl, fkev1.PKISecretName(cl.Name), bundle)
 	if err := r.writeSecret(ctx, exists, secret, desired); err != nil {
 		return nil, fmt.Errorf("writing PKI secret: %w", err)
 	}
@@ -227,7 +207,7 @@ func (r *Reconciler) ensureKubeconfig(ctx context.Context, cl *fkev1.Cluster, b 
 		return nil, fmt.Errorf("rendering kubeconfig: %w", err)
 	}
 	secret := &corev1.Secret{}
-	key := client.ObjectKey{Namespace: cl.Namespace, Name: kubeconfigSecretName(cl.Name)}
+	key := client.ObjectKey{Namespace: cl.Namespace, Name: fkev1.KubeconfigSecretName(cl.Name)}
 	exists := true
 	if err := r.Client.Get(ctx, key, secret); err != nil {
 		if !apierrors.IsNotFound(err) {
@@ -235,10 +215,10 @@ func (r *Reconciler) ensureKubeconfig(ctx context.Context, cl *fkev1.Cluster, b 
 		}
 		exists = false
 	}
-	if exists && bytes.Equal(secret.Data[KubeconfigKey], kc) {
+	if exists && bytes.Equal(secret.Data[fkev1.KubeconfigKey], kc) {
 		return kc, nil
 	}
-	desired := ownedSecret(cl, kubeconfigSecretName(cl.Name), map[string][]byte{KubeconfigKey: kc})
+	desired := ownedSecret(cl, fkev1.KubeconfigSecretName(cl.Name), map[string][]byte{fkev1.KubeconfigKey: kc})
 	if err := r.writeSecret(ctx, exists, secret, desired); err != nil {
 		return nil, fmt.Errorf("writing kubeconfig secret: %w", err)
 	}

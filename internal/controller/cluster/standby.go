@@ -19,6 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	fkev1 "fke.dev/fke/api/v1alpha1"
+	"fke.dev/fke/internal/clusterbackup"
 	"fke.dev/fke/internal/controlplane"
 	"fke.dev/fke/internal/encryption"
 	"fke.dev/fke/internal/pki"
@@ -126,7 +127,7 @@ func standbySpec(s *corev1.Secret) (controlplane.Spec, error) {
 	return controlplane.Spec{
 		Key:         standbyKey(s.Labels[LabelStandbyPlane]),
 		Version:     s.Annotations[annoVersion],
-		Ports:       portsFromStatus(ports),
+		Ports:       clusterbackup.PortsOf(ports),
 		PodCIDR:     s.Annotations[annoPodCIDR],
 		ServiceCIDR: s.Annotations[annoServiceCIDR],
 		PKI:         pki.Bundle(s.Data),
@@ -163,7 +164,7 @@ func (r *Reconciler) claimStandby(ctx context.Context, cl *fkev1.Cluster) error 
 		Restore: cl.Spec.RestoreFrom != nil,
 	}
 	if !req.Restore {
-		err := r.reader().Get(ctx, client.ObjectKey{Namespace: cl.Namespace, Name: pkiSecretName(cl.Name)}, &corev1.Secret{})
+		err := r.reader().Get(ctx, client.ObjectKey{Namespace: cl.Namespace, Name: fkev1.PKISecretName(cl.Name)}, &corev1.Secret{})
 		switch {
 		case err == nil:
 			req.Provisioned = true
@@ -245,7 +246,7 @@ func (r *Reconciler) finishClaim(ctx context.Context, cl *fkev1.Cluster, s *core
 			return fmt.Errorf("recording the ports of standby plane %s: %w", id, err)
 		}
 	}
-	key := client.ObjectKey{Namespace: cl.Namespace, Name: pkiSecretName(cl.Name)}
+	key := client.ObjectKey{Namespace: cl.Namespace, Name: fkev1.PKISecretName(cl.Name)}
 	if err := r.reader().Get(ctx, key, &corev1.Secret{}); apierrors.IsNotFound(err) {
 		if err := r.Client.Create(ctx, ownedSecret(cl, key.Name, s.Data)); err != nil && !apierrors.IsAlreadyExists(err) {
 			return fmt.Errorf("writing PKI secret from standby plane %s: %w", id, err)

@@ -137,7 +137,7 @@ func TestStandbyClaims(t *testing.T) {
 		}
 		id, claimed := byCluster[key.String()]
 		secret := &corev1.Secret{}
-		err := c.Get(ctx, client.ObjectKey{Namespace: "default", Name: pkiSecretName(cl.Name)}, secret)
+		err := c.Get(ctx, client.ObjectKey{Namespace: "default", Name: fkev1.PKISecretName(cl.Name)}, secret)
 		if !claimed {
 			if err == nil || cl.Status.Ports.APIServer != 0 || cl.Spec.Network.PodCIDR != "" {
 				t.Fatalf("%s claimed no plane but has a PKI secret, ports or a pod range: ports %+v, pod range %q", key, cl.Status.Ports, cl.Spec.Network.PodCIDR)

@@ -12,6 +12,7 @@ import (
 
 	fkev1 "fke.dev/fke/api/v1alpha1"
 	"fke.dev/fke/internal/backup"
+	"fke.dev/fke/internal/clusterbackup"
 	"fke.dev/fke/internal/controlplane"
 	"fke.dev/fke/internal/maintenance"
 	"fke.dev/fke/internal/pki"
@@ -153,7 +154,7 @@ func (r *Reconciler) reconcileUpgrade(ctx context.Context, cl *fkev1.Cluster, sp
 			// Taken already for this upgrade, but not recorded (the status
 			// write was lost, or the manager stopped in between): no second one.
 			up.Snapshot = snap.Name
-			err = EnsureRestoreKeys(ctx, r.Client, cl, bundle)
+			err = clusterbackup.EnsureRestoreKeys(ctx, r.Client, cl, bundle)
 			break
 		}
 		var snap backup.Snapshot

@@ -11,7 +11,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	fkev1 "fke.dev/fke/api/v1alpha1"
-	"fke.dev/fke/internal/controller/index"
+	"fke.dev/fke/internal/index"
 	"fke.dev/fke/internal/nodeprovider"
 	"fke.dev/fke/internal/tenant"
 )
@@ -69,10 +69,10 @@ func KubeconfigReader(c client.Client) tenant.KubeconfigSource {
 			return nil, fmt.Errorf("cluster key %q is not namespace/name", key)
 		}
 		s := &corev1.Secret{}
-		if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: kubeconfigSecretName(name)}, s); err != nil {
+		if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: fkev1.KubeconfigSecretName(name)}, s); err != nil {
 			return nil, fmt.Errorf("kubeconfig of cluster %s: %w", key, err)
 		}
-		data := s.Data[KubeconfigKey]
+		data := s.Data[fkev1.KubeconfigKey]
 		if len(data) == 0 {
 			return nil, fmt.Errorf("kubeconfig of cluster %s is empty", key)
 		}

@@ -17,7 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/event"
 
 	fkev1 "fke.dev/fke/api/v1alpha1"
-	"fke.dev/fke/internal/controller/index"
+	"fke.dev/fke/internal/index"
 	"fke.dev/fke/internal/nodeprovider"
 	"fke.dev/fke/internal/tenant"
 )

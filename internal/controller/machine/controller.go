@@ -26,8 +26,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	fkev1 "fke.dev/fke/api/v1alpha1"
-	clusterctrl "fke.dev/fke/internal/controller/cluster"
-	"fke.dev/fke/internal/controller/index"
+	"fke.dev/fke/internal/index"
 	"fke.dev/fke/internal/nodejoin"
 	"fke.dev/fke/internal/nodeprovider"
 	"fke.dev/fke/internal/nodetemplate"
@@ -339,7 +338,7 @@ func (r *Reconciler) providerCluster(cl *fkev1.Cluster, t *tenant.Tenant) nodepr
 	pc := ProviderCluster(cl, t)
 	pc.LoopbackKubeletCert = func(ctx context.Context) ([]byte, []byte, error) {
 		s := &corev1.Secret{}
-		if err := r.Client.Get(ctx, client.ObjectKey{Namespace: cl.Namespace, Name: clusterctrl.PKISecretName(cl.Name)}, s); err != nil {
+		if err := r.Client.Get(ctx, client.ObjectKey{Namespace: cl.Namespace, Name: fkev1.PKISecretName(cl.Name)}, s); err != nil {
 			return nil, nil, err
 		}
 		b := pki.Bundle(s.Data)
@@ -360,7 +359,7 @@ func (r *Reconciler) providerCluster(cl *fkev1.Cluster, t *tenant.Tenant) nodepr
 		ClusterName: cl.Name, Server: server, TLSServerName: nodejoin.ServerName,
 		CA: func(ctx context.Context) (*pki.KeyPair, error) {
 			s := &corev1.Secret{}
-			if err := r.Client.Get(ctx, client.ObjectKey{Namespace: cl.Namespace, Name: clusterctrl.PKISecretName(cl.Name)}, s); err != nil {
+			if err := r.Client.Get(ctx, client.ObjectKey{Namespace: cl.Namespace, Name: fkev1.PKISecretName(cl.Name)}, s); err != nil {
 				return nil, err
 			}
 			return pki.Bundle(s.Data).KeyPair(pki.CA)

@@ -94,7 +94,7 @@ func (r *Reconciler) drain(ctx context.Context, t *tenant.Tenant, m *fkev1.Machi
 	unreachable := !nodeutil.NodeReady(node)
 	remaining := 0
 	for _, p := range pods {
-		if !NeedsEviction(p) {
+		if !nodeutil.NeedsEviction(p) {
 			continue
 		}
 		if p.DeletionTimestamp != nil {
@@ -121,21 +121,4 @@ func (r *Reconciler) drain(ctx context.Context, t *tenant.Tenant, m *fkev1.Machi
 		}
 	}
 	return remaining, nil
-}
-
-// NeedsEviction reports whether a pod must leave a node before it is removed:
-// DaemonSet pods, mirror pods and finished pods stay.
-func NeedsEviction(p *corev1.Pod) bool {
-	if p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
-		return false
-	}
-	if _, mirror := p.Annotations[corev1.MirrorPodAnnotationKey]; mirror {
-		return false
-	}
-	for _, o := range p.OwnerReferences {
-		if o.Kind == "DaemonSet" && o.Controller != nil && *o.Controller {
-			return false
-		}
-	}
-	return true
 }

@@ -9,6 +9,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	fkev1 "fke.dev/fke/api/v1alpha1"
+	"fke.dev/fke/internal/nodeutil"
 )
 
 func node(ready bool, gpus string) *corev1.Node {
@@ -71,7 +72,7 @@ func TestNeedsEviction(t *testing.T) {
 		{"finished pod", corev1.Pod{Status: corev1.PodStatus{Phase: corev1.PodSucceeded}}, false},
 	}
 	for _, tt := range tests {
-		if got := NeedsEviction(&tt.pod); got != tt.want {
+		if got := nodeutil.NeedsEviction(&tt.pod); got != tt.want {
 			t.Errorf("%s: NeedsEviction = %v, want %v", tt.name, got, tt.want)
 		}
 	}

@@ -9,8 +9,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	fkev1 "fke.dev/fke/api/v1alpha1"
-	"fke.dev/fke/internal/controller/machine"
 	"fke.dev/fke/internal/nodetemplate"
+	"fke.dev/fke/internal/nodeutil"
 	"fke.dev/fke/internal/tenant"
 )
 
@@ -75,7 +75,7 @@ func Usage(node *corev1.Node, pods []*corev1.Pod) usage {
 		if p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
 			continue
 		}
-		if machine.NeedsEviction(p) {
+		if nodeutil.NeedsEviction(p) {
 			u.pods++
 		}
 		for _, c := range p.Spec.Containers {
