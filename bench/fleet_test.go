@@ -21,7 +21,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	fkev1 "fke.dev/fke/api/v1alpha1"
-	"fke.dev/fke/internal/autoscaler"
+	"fke.dev/fke/internal/controller/autoscaler"
 	"fke.dev/fke/test/testenv"
 )
 

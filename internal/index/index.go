@@ -9,7 +9,10 @@ import (
 	"context"
 	"fmt"
 
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	fkev1 "fke.dev/fke/api/v1alpha1"
 )
@@ -52,4 +55,21 @@ func Register(ctx context.Context, idx client.FieldIndexer) error {
 // manager's cache (the API server does not know the index).
 func OfCluster(namespace, name string) []client.ListOption {
 	return []client.ListOption{client.InNamespace(namespace), client.MatchingFields{Cluster: name}}
+}
+
+// EnqueueCluster maps a NodePool or Machine to a request for its Cluster.
+func EnqueueCluster() handler.EventHandler {
+	return handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
+		var name string
+		switch v := o.(type) {
+		case *fkev1.NodePool:
+			name = v.Spec.ClusterName
+		case *fkev1.Machine:
+			name = v.Spec.ClusterName
+		}
+		if name == "" {
+			return nil
+		}
+		return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: o.GetNamespace(), Name: name}}}
+	})
 }

@@ -26,9 +26,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	fkev1 "fke.dev/fke/api/v1alpha1"
-	"fke.dev/fke/internal/autoscaler"
 	"fke.dev/fke/internal/autoscaler/decide"
-	"fke.dev/fke/internal/autoscaler/provreq"
 )
 
 // Change is one object a deploy creates or changes, as the server's dry
@@ -102,7 +100,7 @@ func PodsFor(changes []Change) ([]*corev1.Pod, error) {
 		for i := range n {
 			p := &corev1.Pod{ObjectMeta: *tmpl.ObjectMeta.DeepCopy(), Spec: *tmpl.Spec.DeepCopy()}
 			// What kube-apiserver's admission gives the real pods.
-			provreq.AddExtendedResourceTolerations(&p.Spec)
+			decide.AddExtendedResourceTolerations(&p.Spec)
 			p.Namespace = c.Object.GetNamespace()
 			p.Name = fmt.Sprintf("%s-preview-%d", c.Object.GetName(), i)
 			p.UID = types.UID("preview-" + p.Namespace + "-" + c.Object.GetKind() + "-" + p.Name)
@@ -289,10 +287,10 @@ func Gather(ctx context.Context, mgmt client.Client, cl *fkev1.Cluster, tenant k
 	if err != nil {
 		return Estimate{}, err
 	}
-	dpools, _ := autoscaler.BuildPools(pools, types, machines, nil, nil)
+	dpools, _ := decide.BuildPools(pools, types, machines, nil, nil)
 	limits := decide.Limits{MaxNodes: int(cl.Spec.Autoscaling.MaxNodes), MaxGPUs: int(cl.Spec.Autoscaling.MaxGPUs)}
-	base := autoscaler.BuildSnapshot(nodes, autoscaler.GroupPods(pods), machines, limits)
-	snap := autoscaler.BuildSnapshot(nodes, autoscaler.GroupPods(Without(pods, changes)), machines, limits)
+	base := decide.BuildSnapshot(nodes, decide.GroupPods(pods), machines, limits)
+	snap := decide.BuildSnapshot(nodes, decide.GroupPods(Without(pods, changes)), machines, limits)
 	typeOf := map[string]string{}
 	for _, np := range pools {
 		typeOf[np.PoolName()] = np.Spec.InstanceType
@@ -314,7 +312,7 @@ func freed(base, after decide.Snapshot, plan decide.ScaleUpPlan, pools []decide.
 	}
 	before := decide.ScaleDown(base, pools, nil, now).UnneededSince
 	after.Pending = nil
-	done := decide.ScaleDown(autoscaler.WithPlacements(after, plan.Schedulable), pools, nil, now).UnneededSince
+	done := decide.ScaleDown(decide.WithPlacements(after, plan.Schedulable), pools, nil, now).UnneededSince
 	byPool := map[string]*PoolShrink{}
 	var out []PoolShrink
 	for _, ni := range after.Nodes {

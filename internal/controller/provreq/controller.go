@@ -33,8 +33,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	fkev1 "fke.dev/fke/api/v1alpha1"
-	"fke.dev/fke/internal/autoscaler"
 	"fke.dev/fke/internal/autoscaler/decide"
+	"fke.dev/fke/internal/autoscaler/poolsize"
 	provreqv1 "fke.dev/fke/internal/autoscaler/provreq/v1"
 	"fke.dev/fke/internal/index"
 	"fke.dev/fke/internal/tenant"
@@ -73,7 +73,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if r.Events == nil {
 		r.Events = make(chan event.GenericEvent, 1024)
 	}
-	toCluster := autoscaler.EnqueueCluster()
+	toCluster := index.EnqueueCluster()
 	return ctrl.NewControllerManagedBy(mgr).
 		For(&fkev1.Cluster{}).
 		Named("provisioningrequest").
@@ -200,11 +200,11 @@ func (r *Reconciler) gather(ctx context.Context, cl *fkev1.Cluster, t *tenant.Te
 	if err != nil {
 		return nil, fmt.Errorf("listing pods: %w", err)
 	}
-	st.pools, _ = autoscaler.BuildPools(pools, itypes, machines, nil, nil)
+	st.pools, _ = decide.BuildPools(pools, itypes, machines, nil, nil)
 	for _, p := range st.pools {
 		st.replicas[p.Name] = st.nodePools[p.Name].DesiredReplicas()
 	}
-	st.snapshot = autoscaler.BuildSnapshot(nodes, autoscaler.GroupPods(pods), machines, decide.Limits{
+	st.snapshot = decide.BuildSnapshot(nodes, decide.GroupPods(pods), machines, decide.Limits{
 		MaxNodes: int(cl.Spec.Autoscaling.MaxNodes), MaxGPUs: int(cl.Spec.Autoscaling.MaxGPUs),
 	})
 	if st.snapshot.Booked, err = bookedIn(ctx, t, prs, pods); err != nil {
@@ -258,7 +258,7 @@ func (r *Reconciler) apply(ctx context.Context, t *tenant.Tenant, pr *provreqv1.
 		log.Info("atomic scale-up", "pool", rs.Pool, "from", rs.From, "to", rs.To)
 		// Optimistically locked: a stale pool is never resized.
 		lock := client.MergeFromWithOptimisticLock{}
-		if err := autoscaler.ResizePool(ctx, r.Client, np, rs.To, rs.Reason, now, lock); err != nil {
+		if err := poolsize.Resize(ctx, r.Client, np, rs.To, rs.Reason, now, lock); err != nil {
 			return err
 		}
 		if r.Recorder != nil {

@@ -16,8 +16,8 @@ import (
 
 	fkev1 "fke.dev/fke/api/v1alpha1"
 	"fke.dev/fke/internal/addons"
-	"fke.dev/fke/internal/autoscaler/provreq"
 	provreqv1 "fke.dev/fke/internal/autoscaler/provreq/v1"
+	"fke.dev/fke/internal/controller/provreq"
 	"fke.dev/fke/internal/manager"
 	"fke.dev/fke/test/testenv"
 )

@@ -106,7 +106,7 @@ type Input struct {
 	// missing); Pods is then ignored.
 	PodsError string
 	Snapshot  decide.Snapshot
-	// Pools are the autoscaled pools (see autoscaler.BuildPools).
+	// Pools are the autoscaled pools (see decide.BuildPools).
 	Pools []decide.Pool
 	// Replicas are the pools' desired replicas (spec.replicas), by name.
 	Replicas map[string]int

@@ -1,4 +1,4 @@
-package autoscaler
+package decide
 
 import (
 	"slices"
@@ -10,27 +10,26 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	fkev1 "fke.dev/fke/api/v1alpha1"
-	"fke.dev/fke/internal/autoscaler/decide"
 	"fke.dev/fke/internal/nodetemplate"
 	"fke.dev/fke/internal/nodeutil"
 )
 
-// poolView couples a decide.Pool with the objects it came from.
-type poolView struct {
-	pool    *fkev1.NodePool
-	it      *fkev1.InstanceType
-	desired int
-	// machines of the pool that are not being deleted
-	live []*fkev1.Machine
+// PoolView couples a Pool with the objects it came from.
+type PoolView struct {
+	Pool         *fkev1.NodePool
+	InstanceType *fkev1.InstanceType
+	Desired      int
+	// Live are the machines of the pool that are not being deleted.
+	Live []*fkev1.Machine
 }
 
-// BuildPools turns the autoscaled NodePools into decide.Pools (pure).
+// BuildPools turns the autoscaled NodePools into Pools (pure).
 // Machines that are not Ready (node missing, not Ready, or GPUs not yet
 // allocatable) count as Upcoming; so do machines the pool has yet to create
 // (the desired size above the machines that exist), so a scale-up already
 // decided is never decided again. desired gives a pool's desired size; nil
 // means its spec.replicas.
-func BuildPools(pools []*fkev1.NodePool, types map[string]*fkev1.InstanceType, machines []*fkev1.Machine, backoff map[string]time.Time, desired func(*fkev1.NodePool) int) ([]decide.Pool, map[string]*poolView) {
+func BuildPools(pools []*fkev1.NodePool, types map[string]*fkev1.InstanceType, machines []*fkev1.Machine, backoff map[string]time.Time, desired func(*fkev1.NodePool) int) ([]Pool, map[string]*PoolView) {
 	if desired == nil {
 		desired = (*fkev1.NodePool).DesiredReplicas
 	}
@@ -38,15 +37,15 @@ func BuildPools(pools []*fkev1.NodePool, types map[string]*fkev1.InstanceType, m
 	for _, m := range machines {
 		byPool[m.Spec.NodePoolName] = append(byPool[m.Spec.NodePoolName], m)
 	}
-	var out []decide.Pool
-	views := map[string]*poolView{}
+	var out []Pool
+	views := map[string]*PoolView{}
 	for _, np := range pools {
 		a := np.Spec.Autoscaling
 		it := types[np.Spec.InstanceType]
 		if a == nil || it == nil || !np.DeletionTimestamp.IsZero() || np.Legacy() {
 			continue
 		}
-		v := &poolView{pool: np, it: it, desired: desired(np)}
+		v := &PoolView{Pool: np, InstanceType: it, Desired: desired(np)}
 		current, upcoming := 0, 0
 		name := np.PoolName()
 		for _, m := range byPool[name] {
@@ -54,18 +53,18 @@ func BuildPools(pools []*fkev1.NodePool, types map[string]*fkev1.InstanceType, m
 				current++
 				continue
 			}
-			v.live = append(v.live, m)
+			v.Live = append(v.Live, m)
 			if meta.IsStatusConditionTrue(m.Status.Conditions, fkev1.ConditionReady) {
 				current++
 			} else {
 				upcoming++
 			}
 		}
-		if missing := v.desired - len(v.live); missing > 0 {
+		if missing := v.Desired - len(v.Live); missing > 0 {
 			upcoming += missing
 		}
 		views[name] = v
-		out = append(out, decide.Pool{
+		out = append(out, Pool{
 			Name:                          name,
 			Template:                      nodetemplate.Build(np, it, "template-"+name),
 			MinSize:                       int(a.MinSize),
@@ -106,14 +105,14 @@ func GroupPods(pods []*corev1.Pod) PodGroups {
 // pods (pure). A node counts as Ready only when its Machine is Ready (GPUs
 // allocatable). Pods bound to nodes not in nodes are left out. The pod
 // slices are shared with pods, not copied.
-func BuildSnapshot(nodes []*corev1.Node, pods PodGroups, machines []*fkev1.Machine, limits decide.Limits) decide.Snapshot {
+func BuildSnapshot(nodes []*corev1.Node, pods PodGroups, machines []*fkev1.Machine, limits Limits) Snapshot {
 	machineByNode := make(map[string]*fkev1.Machine, len(machines))
 	for _, m := range machines {
 		if m.Status.NodeName != "" {
 			machineByNode[m.Status.NodeName] = m
 		}
 	}
-	s := decide.Snapshot{Limits: limits, Nodes: make([]decide.NodeInfo, 0, len(nodes))}
+	s := Snapshot{Limits: limits, Nodes: make([]NodeInfo, 0, len(nodes))}
 	for _, p := range pods.Unbound {
 		if Unschedulable(p) {
 			s.Pending = append(s.Pending, p)
@@ -123,7 +122,7 @@ func BuildSnapshot(nodes []*corev1.Node, pods PodGroups, machines []*fkev1.Machi
 		on := pods.ByNode[n.Name]
 		// Capped: the decision code may append to a node's pods without
 		// writing into the shared array.
-		ni := decide.NodeInfo{Node: n, Pool: n.Labels[fkev1.LabelNodePool], Pods: on[:len(on):len(on)]}
+		ni := NodeInfo{Node: n, Pool: n.Labels[fkev1.LabelNodePool], Pods: on[:len(on):len(on)]}
 		if m, ok := machineByNode[n.Name]; ok {
 			ni.Ready = meta.IsStatusConditionTrue(m.Status.Conditions, fkev1.ConditionReady) && m.DeletionTimestamp.IsZero()
 			if ni.Ready {
@@ -145,7 +144,7 @@ func BuildSnapshot(nodes []*corev1.Node, pods PodGroups, machines []*fkev1.Machi
 // simulation counts them as capacity, but kube-scheduler cannot use them
 // until kube-controller-manager removes the taint. A pod placed there waits
 // for a node that is coming up.
-func StartingNodes(nodes []*corev1.Node, placements []decide.PodPlacement) map[string]bool {
+func StartingNodes(nodes []*corev1.Node, placements []PodPlacement) map[string]bool {
 	wanted := map[string]bool{}
 	for _, pl := range placements {
 		if !pl.Upcoming {
@@ -248,12 +247,12 @@ func threshold(s string) float64 {
 // node now counted on that node, as Cluster Autoscaler does before it looks
 // for unneeded nodes: a node that kube-scheduler is about to fill is not
 // idle. s itself is not modified.
-func WithPlacements(s decide.Snapshot, placements []decide.PodPlacement) decide.Snapshot {
+func WithPlacements(s Snapshot, placements []PodPlacement) Snapshot {
 	index := make(map[string]int, len(s.Nodes))
 	for i := range s.Nodes {
 		index[s.Nodes[i].Node.Name] = i
 	}
-	nodes := append([]decide.NodeInfo(nil), s.Nodes...)
+	nodes := append([]NodeInfo(nil), s.Nodes...)
 	for _, pl := range placements {
 		if i, ok := index[pl.Node]; ok && !pl.Upcoming {
 			nodes[i].Pods = append(nodes[i].Pods[:len(nodes[i].Pods):len(nodes[i].Pods)], pl.Pod)

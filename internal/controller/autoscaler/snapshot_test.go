@@ -108,8 +108,8 @@ func TestNoDuplicateScaleUp(t *testing.T) {
 			for i := 0; i < tt.pending; i++ {
 				pods = append(pods, pendingGPUPod(i))
 			}
-			pools, _ := BuildPools([]*fkev1.NodePool{gpuPool(tt.replicas)}, types_(), machines, nil, nil)
-			snap := BuildSnapshot(nodes, GroupPods(pods), machines, decide.Limits{})
+			pools, _ := decide.BuildPools([]*fkev1.NodePool{gpuPool(tt.replicas)}, types_(), machines, nil, nil)
+			snap := decide.BuildSnapshot(nodes, decide.GroupPods(pods), machines, decide.Limits{})
 			plan := decide.ScaleUp(snap, pools, decide.Expander{}, time.Now())
 			got := 0
 			for _, inc := range plan.Increases {
@@ -149,9 +149,9 @@ func BenchmarkBuildSnapshot(b *testing.B) {
 		for k := 0; k < 20; k++ {
 			index.Set(pods[(i*20+k)*97%len(pods)])
 		}
-		var g PodGroups
+		var g decide.PodGroups
 		g.ByNode, g.Unbound = index.Grouped()
-		BuildSnapshot(nodes, g, machines, decide.Limits{})
+		decide.BuildSnapshot(nodes, g, machines, decide.Limits{})
 	}
 }
 
@@ -182,8 +182,8 @@ func TestClusterStatePrune(t *testing.T) {
 func TestWithPlacements(t *testing.T) {
 	m, n := machine("m-1", true, true)
 	pending := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "p", UID: "p"}}
-	s := BuildSnapshot([]*corev1.Node{n}, PodGroups{}, []*fkev1.Machine{m}, decide.Limits{})
-	got := WithPlacements(s, []decide.PodPlacement{{Pod: pending, Node: n.Name}, {Pod: pending, Node: "upcoming-gpu-0", Upcoming: true}})
+	s := decide.BuildSnapshot([]*corev1.Node{n}, decide.PodGroups{}, []*fkev1.Machine{m}, decide.Limits{})
+	got := decide.WithPlacements(s, []decide.PodPlacement{{Pod: pending, Node: n.Name}, {Pod: pending, Node: "upcoming-gpu-0", Upcoming: true}})
 	if len(got.Nodes[0].Pods) != 1 || got.Nodes[0].Pods[0] != pending {
 		t.Fatalf("pods on %s: %v, want the pending pod", n.Name, got.Nodes[0].Pods)
 	}
@@ -223,7 +223,7 @@ func TestStartingNodes(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got := StartingNodes(nodes, tt.placements)
+			got := decide.StartingNodes(nodes, tt.placements)
 			if len(got) != len(tt.want) {
 				t.Fatalf("starting %v, want %v", got, tt.want)
 			}

@@ -21,7 +21,6 @@ import (
 	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/clock"
-	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -29,11 +28,11 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
-	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	fkev1 "fke.dev/fke/api/v1alpha1"
 	"fke.dev/fke/internal/autoscaler/decide"
+	"fke.dev/fke/internal/autoscaler/poolsize"
 	"fke.dev/fke/internal/index"
 	"fke.dev/fke/internal/tenant"
 )
@@ -137,7 +136,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 			return err
 		}
 	}
-	toCluster := EnqueueCluster()
+	toCluster := index.EnqueueCluster()
 	return ctrl.NewControllerManagedBy(mgr).
 		For(&fkev1.Cluster{}).
 		Named("autoscaler").
@@ -150,30 +149,13 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Complete(r)
 }
 
-// EnqueueCluster maps a NodePool or Machine to a request for its Cluster.
-func EnqueueCluster() handler.EventHandler {
-	return handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
-		var name string
-		switch v := o.(type) {
-		case *fkev1.NodePool:
-			name = v.Spec.ClusterName
-		case *fkev1.Machine:
-			name = v.Spec.ClusterName
-		}
-		if name == "" {
-			return nil
-		}
-		return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: o.GetNamespace(), Name: name}}}
-	})
-}
-
 // PodHandler wakes the autoscaler of a cluster when one of its pods becomes
 // unschedulable, and, while the cluster has unschedulable pods, when a pod
 // is bound and not started: kube-scheduler may have given it the room a
 // waiting pod was counted on, and that pod needs a decision now, not at
 // the next scan.
 func (r *Reconciler) PodHandler(clusterKey string, pod *corev1.Pod) {
-	if !Unschedulable(pod) && (!boundNotStarted(pod) || !r.hasPending(clusterKey)) {
+	if !decide.Unschedulable(pod) && (!boundNotStarted(pod) || !r.hasPending(clusterKey)) {
 		return
 	}
 	ns, name, err := toolscache.SplitMetaNamespaceKey(clusterKey)
@@ -268,8 +250,8 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		return ctrl.Result{}, err
 	}
 	gathered := r.Clock.Now()
-	pools, views := BuildPools(in.pools, in.types, in.machines, st.backoffUntil, r.resizer.Desired)
-	snap := BuildSnapshot(in.nodes, in.pods, in.machines, decide.Limits{MaxNodes: int(cl.Spec.Autoscaling.MaxNodes), MaxGPUs: int(cl.Spec.Autoscaling.MaxGPUs)})
+	pools, views := decide.BuildPools(in.pools, in.types, in.machines, st.backoffUntil, r.resizer.Desired)
+	snap := decide.BuildSnapshot(in.nodes, in.pods, in.machines, decide.Limits{MaxNodes: int(cl.Spec.Autoscaling.MaxNodes), MaxGPUs: int(cl.Spec.Autoscaling.MaxGPUs)})
 	snap.PDBs = in.pdbs
 	snap.Memo = st.memo
 	snap.Booked = in.booked
@@ -282,7 +264,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	expander := decide.Expander{Name: decide.ExpanderName(cl.Spec.Autoscaling.Expander)}
 	plan := decide.ScaleUp(snap, pools, expander, now)
 	decided := r.Clock.Now()
-	r.applyScaleUp(ctx, cl, in.tenant, plan, views, st, StartingNodes(in.nodes, plan.Schedulable), now)
+	r.applyScaleUp(ctx, cl, in.tenant, plan, views, st, decide.StartingNodes(in.nodes, plan.Schedulable), now)
 	applied := r.Clock.Now()
 
 	requeue := scan
@@ -297,7 +279,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		logr.FromContextOrDiscard(ctx).V(1).Info("pods wait for their controllers to be seen", "cluster", key, "pods", len(plan.AwaitingOwners))
 	}
 	if len(plan.Increases) == 0 && !upcoming && len(plan.AwaitingOwners) == 0 {
-		sd := decide.ScaleDown(WithPlacements(snap, plan.Schedulable), pools, st.unneededSince, now)
+		sd := decide.ScaleDown(decide.WithPlacements(snap, plan.Schedulable), pools, st.unneededSince, now)
 		st.unneededSince = sd.UnneededSince
 		unneededNodes.WithLabelValues(key).Set(float64(len(sd.UnneededSince)))
 		if err := r.applyScaleDown(ctx, cl, sd, views, now); err != nil {
@@ -337,7 +319,7 @@ type input struct {
 	types    map[string]*fkev1.InstanceType
 	machines []*fkev1.Machine
 	nodes    []*corev1.Node
-	pods     PodGroups
+	pods     decide.PodGroups
 	pdbs     []policyv1.PodDisruptionBudget
 	booked   []*corev1.Pod
 	// owners follows the pods' controllers; nil when they cannot be
@@ -469,7 +451,7 @@ func (r *Reconciler) ownerTracker(ctx context.Context, t *tenant.Tenant) *ownerT
 
 // applyScaleUp asks for the pools' new sizes; pods and pools are told why
 // once each size is written (see resizer), so the pass does not wait for it.
-func (r *Reconciler) applyScaleUp(ctx context.Context, cl *fkev1.Cluster, t *tenant.Tenant, plan decide.ScaleUpPlan, views map[string]*poolView, st *clusterState, starting map[string]bool, now time.Time) {
+func (r *Reconciler) applyScaleUp(ctx context.Context, cl *fkev1.Cluster, t *tenant.Tenant, plan decide.ScaleUpPlan, views map[string]*decide.PoolView, st *clusterState, starting map[string]bool, now time.Time) {
 	key := client.ObjectKeyFromObject(cl).String()
 	decided := r.Clock.Now()
 	// A pod that fits a machine already coming up, a node that is Ready
@@ -501,15 +483,15 @@ func (r *Reconciler) applyScaleUp(ctx context.Context, cl *fkev1.Cluster, t *ten
 		if v == nil || inc.Delta <= 0 {
 			continue
 		}
-		from := v.desired
-		to := min(from+inc.Delta, int(v.pool.Spec.Autoscaling.MaxSize))
+		from := v.Desired
+		to := min(from+inc.Delta, int(v.Pool.Spec.Autoscaling.MaxSize))
 		if to <= from {
 			continue
 		}
-		reason := fmt.Sprintf("%d unschedulable pods need %d more %s nodes", len(inc.Pods), to-from, v.it.Name)
+		reason := fmt.Sprintf("%d unschedulable pods need %d more %s nodes", len(inc.Pods), to-from, v.InstanceType.Name)
 		logr.FromContextOrDiscard(ctx).Info("scale-up", "cluster", key, "pool", inc.Pool, "from", from, "to", to,
-			"pods", len(inc.Pods), "liveMachines", len(v.live), "schedulableElsewhere", len(plan.Schedulable))
-		msg := fmt.Sprintf("pod triggered scale-up: [{%s %d->%d (max: %d)}]", inc.Pool, from, to, v.pool.Spec.Autoscaling.MaxSize)
+			"pods", len(inc.Pods), "liveMachines", len(v.Live), "schedulableElsewhere", len(plan.Schedulable))
+		msg := fmt.Sprintf("pod triggered scale-up: [{%s %d->%d (max: %d)}]", inc.Pool, from, to, v.Pool.Spec.Autoscaling.MaxSize)
 		events := make([]*pendingEvent, 0, len(inc.Pods))
 		for _, p := range inc.Pods {
 			events = append(events, r.podEvent(t, st, p, corev1.EventTypeNormal, "TriggeredScaleUp", msg))
@@ -520,7 +502,7 @@ func (r *Reconciler) applyScaleUp(ctx context.Context, cl *fkev1.Cluster, t *ten
 		for i, p := range inc.Pods {
 			waiting[i] = p.UID
 		}
-		r.resize(cl, v.pool, from, to, reason, now, func(_ context.Context, np *fkev1.NodePool, at time.Time) {
+		r.resize(cl, v.Pool, from, to, reason, now, func(_ context.Context, np *fkev1.NodePool, at time.Time) {
 			scaleUps.WithLabelValues(key, pool).Add(float64(to - from))
 			measure(key, pods, at)
 			for _, ev := range events {
@@ -528,7 +510,7 @@ func (r *Reconciler) applyScaleUp(ctx context.Context, cl *fkev1.Cluster, t *ten
 			}
 			r.Recorder.Eventf(np, nil, corev1.EventTypeNormal, "TriggeredScaleUp", "ScaleUp", "%s (%d → %d)", reason, from, to)
 		}, func() { r.retryLater(st, waiting...) })
-		v.desired = to
+		v.Desired = to
 	}
 	for _, pr := range plan.NotTriggerScaleUp {
 		r.emit(st, r.podEvent(t, st, pr.Pod, corev1.EventTypeNormal, "NotTriggerScaleUp", pr.Reason), decided)
@@ -558,7 +540,7 @@ func (r *Reconciler) writeDecisions(ctx context.Context) error {
 }
 
 func (r *Reconciler) writeDecision(ctx context.Context, rec decisionRecord) {
-	if err := recordScaleDecision(ctx, r.Client, rec.np, rec.from, rec.to, rec.reason, rec.now); err != nil && !apierrors.IsNotFound(err) {
+	if err := poolsize.RecordDecision(ctx, r.Client, rec.np, rec.from, rec.to, rec.reason, rec.now); err != nil && !apierrors.IsNotFound(err) {
 		logr.FromContextOrDiscard(ctx).Error(err, "scale decision not recorded", "pool", rec.np.Name)
 	}
 }
@@ -580,7 +562,7 @@ func (st *clusterState) toMeasure(pods []*corev1.Pod) []*corev1.Pod {
 // unschedulable to the decision that helps it, in effect at at.
 func measure(key string, pods []*corev1.Pod, at time.Time) {
 	for _, p := range pods {
-		decisionLatency.WithLabelValues(key).Observe(at.Sub(UnschedulableSince(p)).Seconds())
+		decisionLatency.WithLabelValues(key).Observe(at.Sub(decide.UnschedulableSince(p)).Seconds())
 	}
 }
 
@@ -606,7 +588,7 @@ func (r *Reconciler) takeRetries(st *clusterState) {
 
 // applyScaleDown marks the chosen machines and lowers their pools' replicas;
 // the NodePool controller removes the marked machines (drained first).
-func (r *Reconciler) applyScaleDown(ctx context.Context, cl *fkev1.Cluster, sd decide.ScaleDownPlan, views map[string]*poolView, now time.Time) error {
+func (r *Reconciler) applyScaleDown(ctx context.Context, cl *fkev1.Cluster, sd decide.ScaleDownPlan, views map[string]*decide.PoolView, now time.Time) error {
 	byPool := map[string][]decide.NodeRemoval{}
 	for _, rm := range sd.Remove {
 		byPool[rm.Pool] = append(byPool[rm.Pool], rm)
@@ -625,7 +607,7 @@ func (r *Reconciler) applyScaleDown(ctx context.Context, cl *fkev1.Cluster, sd d
 		marked := 0
 		var nodes []string
 		for _, rm := range byPool[name] {
-			for _, m := range v.live {
+			for _, m := range v.Live {
 				if m.Status.NodeName != rm.Node || m.Annotations[fkev1.AnnotationScaleDown] == "true" {
 					continue
 				}
@@ -639,14 +621,14 @@ func (r *Reconciler) applyScaleDown(ctx context.Context, cl *fkev1.Cluster, sd d
 		if marked == 0 {
 			continue
 		}
-		to := max(v.desired-marked, int(v.pool.Spec.Autoscaling.MinSize))
+		to := max(v.Desired-marked, int(v.Pool.Spec.Autoscaling.MinSize))
 		reason := fmt.Sprintf("nodes %s unneeded", strings.Join(nodes, ", "))
-		from := v.desired
-		r.resize(cl, v.pool, from, to, reason, now, func(_ context.Context, np *fkev1.NodePool, _ time.Time) {
+		from := v.Desired
+		r.resize(cl, v.Pool, from, to, reason, now, func(_ context.Context, np *fkev1.NodePool, _ time.Time) {
 			scaleDowns.WithLabelValues(key, name).Add(float64(from - to))
 			r.Recorder.Eventf(np, nil, corev1.EventTypeNormal, "ScaleDown", "ScaleDown", "%s (%d → %d)", reason, from, to)
 		}, nil)
-		v.desired = to
+		v.Desired = to
 	}
 	return nil
 }
@@ -664,18 +646,6 @@ func (r *Reconciler) markForRemoval(ctx context.Context, m *fkev1.Machine) (*fke
 		return nil, fmt.Errorf("marking machine %s for removal: %w", m.Name, err)
 	}
 	return mc, nil
-}
-
-// ResizePool sets a pool's desired replicas to to (never above its maxSize)
-// and records the decision in its status; the autoscaler and the
-// ProvisioningRequest controller both resize through it. opts may ask for an
-// optimistically locked spec patch (client.MergeFromWithOptimisticLock).
-func ResizePool(ctx context.Context, c client.Client, np *fkev1.NodePool, to int, reason string, now time.Time, opts ...client.MergeFromOption) error {
-	from, err := setReplicas(ctx, c, np, to, opts...)
-	if err != nil {
-		return err
-	}
-	return recordScaleDecision(ctx, c, np, from, to, reason, now)
 }
 
 // resize asks the resizer to set the pool's size from → to, a decision
@@ -706,32 +676,6 @@ func (r *Reconciler) wake(namespace, name string) {
 	case r.Events <- event.GenericEvent{Object: &fkev1.Cluster{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name}}}:
 	default:
 	}
-}
-
-// setReplicas patches the pool's spec.replicas to to (never above maxSize)
-// and returns the desired replicas it had before.
-func setReplicas(ctx context.Context, c client.Client, np *fkev1.NodePool, to int, opts ...client.MergeFromOption) (from int, err error) {
-	if a := np.Spec.Autoscaling; a != nil && to > int(a.MaxSize) {
-		return 0, fmt.Errorf("resizing node pool %s to %d: above max size %d", np.Name, to, a.MaxSize)
-	}
-	from = np.DesiredReplicas()
-	patch := client.MergeFromWithOptions(np.DeepCopy(), opts...)
-	np.Spec.Replicas = ptr.To(int32(to))
-	if err := c.Patch(ctx, np, patch); err != nil {
-		return 0, fmt.Errorf("resizing node pool %s: %w", np.Name, err)
-	}
-	return from, nil
-}
-
-// recordScaleDecision writes a resize from → to into the pool's status.
-func recordScaleDecision(ctx context.Context, c client.Client, np *fkev1.NodePool, from, to int, reason string, now time.Time) error {
-	spatch := client.MergeFrom(np.DeepCopy())
-	np.Status.DesiredReplicas = int32(to)
-	np.Status.LastScaleDecision = &fkev1.ScaleDecision{Time: metav1.NewTime(now), From: int32(from), To: int32(to), Reason: reason}
-	if err := c.Status().Patch(ctx, np, spatch); err != nil {
-		return fmt.Errorf("recording scale decision of %s: %w", np.Name, err)
-	}
-	return nil
 }
 
 // handleFailedMachines backs off pools whose machines could not be made

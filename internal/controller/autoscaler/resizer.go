@@ -11,6 +11,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	fkev1 "fke.dev/fke/api/v1alpha1"
+	"fke.dev/fke/internal/autoscaler/poolsize"
 )
 
 // resizeDone is told the outcome of a resize once its patch is done: the
@@ -126,7 +127,7 @@ func (z *resizer) writeNext(ctx context.Context) bool {
 	s.np, s.done = nil, nil
 	z.mu.Unlock()
 
-	_, err := setReplicas(ctx, z.c, np, to)
+	_, err := poolsize.SetReplicas(ctx, z.c, np, to)
 	at := z.clock.Now()
 	if err != nil {
 		logr.FromContextOrDiscard(ctx).Error(err, "resize failed", "to", to)

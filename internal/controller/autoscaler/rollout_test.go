@@ -56,7 +56,7 @@ func rolloutCluster() (pools []decide.Pool, machines []*fkev1.Machine, nodes []*
 	}
 	np := gpuPool(5)
 	np.Spec.Autoscaling.MaxSize = 10
-	pools, _ = BuildPools([]*fkev1.NodePool{np}, types_(), machines, nil, nil)
+	pools, _ = decide.BuildPools([]*fkev1.NodePool{np}, types_(), machines, nil, nil)
 	return pools, machines, nodes, bound
 }
 
@@ -166,7 +166,7 @@ func TestRolloutWhileOwnerWatchLags(t *testing.T) {
 					f := strings.SplitN(p, " ", 2)
 					pods = append(pods, onePodGPU(f[0], f[1], ""))
 				}
-				snap := BuildSnapshot(nodes, GroupPods(pods), machines, decide.Limits{})
+				snap := decide.BuildSnapshot(nodes, decide.GroupPods(pods), machines, decide.Limits{})
 				st.withOwners(&snap, o, clk.Now())
 				plan := decide.ScaleUp(snap, pools, decide.Expander{}, clk.Now())
 				var inc []string
