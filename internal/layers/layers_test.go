@@ -1,0 +1,78 @@
+package layers
+
+import (
+	"encoding/json"
+	"errors"
+	"io"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func TestCheck(t *testing.T) {
+	m := func(p string) string { return Module + "/" + p }
+	for _, tc := range []struct {
+		pkg, imp string
+		rule     string // "" for none
+	}{
+		{m("internal/controller/nodepool"), m("internal/controller/machine"), "no controller imports another"},
+		{m("internal/controller/nodepool"), m("internal/controller/nodepool/phases"), ""},
+		{m("internal/controller/backup"), m("internal/clusterbackup"), ""},
+		{m("internal/controller/backup"), m("internal/manager"), "controllers do not import the manager"},
+		{m("internal/deploy/capacity"), m("internal/controller/provreq"), "libraries, runtimes and providers do not import controllers"},
+		{m("internal/nodeprovider/local"), m("internal/cli"), "libraries, runtimes and providers do not import controllers"},
+		{m("api/v1alpha1"), m("internal/versions"), "api/ is the bottom layer"},
+		{m("internal/autoscaler/decide"), "sigs.k8s.io/controller-runtime/pkg/client", "decision code is pure"},
+		{m("internal/autoscaler/decide"), m("internal/tenant"), "decision code imports only api/"},
+		{m("internal/autoscaler/decide"), m("internal/nodetemplate"), ""},
+		{m("internal/manager"), m("internal/cli"), "the manager does not import the CLI"},
+		{m("internal/manager"), m("internal/controller/cluster"), ""},
+		{m("internal/cli"), m("internal/controller/cluster"), ""},
+		{m("internal/image"), m("test/testenv"), "only tests and benchmarks import the test helpers"},
+		{m("bench"), m("test/testenv"), ""},
+		{m("cmd/fke"), m("internal/cli"), ""},
+	} {
+		v := Check(tc.pkg, []string{tc.imp})
+		switch {
+		case tc.rule == "" && len(v) > 0:
+			t.Errorf("%s → %s: %v, want no violation", tc.pkg, tc.imp, v)
+		case tc.rule != "" && (len(v) != 1 || !strings.Contains(v[0].Rule, tc.rule)):
+			t.Errorf("%s → %s: %v, want the rule %q", tc.pkg, tc.imp, v, tc.rule)
+		}
+	}
+}
+
+// TestImportDirection checks every package of the module (non-test
+// imports, as go list reports them).
+func TestImportDirection(t *testing.T) {
+	if _, err := exec.LookPath("go"); err != nil {
+		t.Skip("the go command is not on PATH")
+	}
+	cmd := exec.Command("go", "list", "-e", "-json=ImportPath,Imports", Module+"/...")
+	cmd.Dir = filepath.Join("..", "..")
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("go list: %v", err)
+	}
+	dec := json.NewDecoder(strings.NewReader(string(out)))
+	n := 0
+	for {
+		var p struct {
+			ImportPath string
+			Imports    []string
+		}
+		if err := dec.Decode(&p); errors.Is(err, io.EOF) {
+			break
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		n++
+		for _, v := range Check(p.ImportPath, p.Imports) {
+			t.Error(v)
+		}
+	}
+	if n < 50 {
+		t.Fatalf("go list reported %d packages; the module has more", n)
+	}
+}
