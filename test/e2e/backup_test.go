@@ -35,6 +35,7 @@ import (
 // cluster restored from one has the snapshot's objects (Secrets readable:
 // same keys), and a snapshot that fails its checksum is refused.
 func TestEtcdBackupAndRestore(t *testing.T) {
+	t.Parallel() // its time is mostly waits: it runs beside another such test
 	e := testenv.Up(t)
 	ctx := context.Background()
 	e.MustRun("cluster", "create", "src", "--wait")

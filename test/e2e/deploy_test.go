@@ -140,6 +140,7 @@ func deploymentReady(cs kubernetes.Interface, ns, name string, replicas int32, g
 // fails the deploy; rollback by command; a Helm chart and a kustomization;
 // and a CI runner with only a kubeconfig.
 func TestDeploy(t *testing.T) {
+	t.Parallel() // its time is mostly waits: it runs beside another such test
 	e := testenv.Up(t)
 	e.MustRun("cluster", "create", "apps", "--wait", "--metrics-server=false",
 		"--nodepool", "name=cpu,type=cpu-medium,replicas=1", "--nodepool", "name=gpu,type=gpu-h100x8,min=0,max=2")

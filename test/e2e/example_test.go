@@ -25,6 +25,7 @@ import (
 // example's Release, applied with kubectl, takes the app over from a git
 // repository holding the example and promotes it from dev to prod.
 func TestModelServingExample(t *testing.T) {
+	t.Parallel() // its time is mostly waits: it runs beside another such test
 	e := testenv.Up(t)
 	e.MustRun("cluster", "create", "dev", "--wait", "--metrics-server=false", "--nodepool", "name=cpu,type=cpu-medium,replicas=1")
 	e.MustRun("cluster", "create", "prod", "--wait", "--metrics-server=false",

@@ -43,6 +43,7 @@ import (
 // is served; turning the addon off removes it and HPAs report the metric
 // unavailable.
 func TestGPUMetricsHPAOnKwokNodes(t *testing.T) {
+	t.Parallel() // its time is mostly waits: it runs beside another such test
 	if testing.Short() {
 		t.Skip("starts a management plane and a tenant cluster")
 	}

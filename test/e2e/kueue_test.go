@@ -91,6 +91,7 @@ spec: {clusterQueue: gpus}
 // is admitted through the ProvisioningRequest admission check, the pool
 // grows by exactly the 2 nodes at once, and the Job's pods run there.
 func TestKueueProvisioningRequestGPUJob(t *testing.T) {
+	t.Parallel() // its time is mostly waits: it runs beside another such test
 	kueueBin := kueueBinary(t)
 	crdDir := kueueCRDDir(t)
 	e := testenv.Up(t)

@@ -20,6 +20,7 @@ import (
 // (metrics-server drops a node whose usage is zero); a pod on it adds its
 // own usage.
 func TestNodeMetricsOfIdleKwokNodes(t *testing.T) {
+	t.Parallel() // its time is mostly waits: it runs beside another such test
 	if testing.Short() {
 		t.Skip("starts a management plane and a tenant cluster")
 	}

@@ -109,6 +109,7 @@ func condition(rel *fkev1.Release, typ string) metav1.Condition {
 // changes; and bad sources leave everything as it was with a condition
 // naming the problem.
 func TestRelease(t *testing.T) {
+	t.Parallel() // its time is mostly waits: it runs beside another such test
 	e := testenv.Up(t)
 	for _, name := range []string{"dev", "prod"} {
 		e.MustRun("cluster", "create", name, "--wait", "--metrics-server=false", "--nodepool", "name=cpu,type=cpu-medium,replicas=1")
@@ -413,6 +414,7 @@ func setPodsOf(t *testing.T, cs kubernetes.Interface, mode string, crashing bool
 // unhealthyTimeout, says so, and never reaches prod; an unhealthy spell
 // shorter than the timeout changes nothing.
 func TestReleaseUnhealthyAfterSync(t *testing.T) {
+	t.Parallel() // its time is mostly waits: it runs beside another such test
 	e := testenv.Up(t)
 	for _, name := range []string{"dev", "prod"} {
 		e.MustRun("cluster", "create", name, "--wait", "--metrics-server=false", "--nodepool", "name=cpu,type=cpu-medium,replicas=1")

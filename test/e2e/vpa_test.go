@@ -32,6 +32,7 @@ var vpaGVR = schema.GroupVersionResource{Group: "autoscaling.k8s.io", Version: "
 // recommended requests, and never touches their GPU limits. Turned off,
 // the addon leaves; pods are admitted unchanged.
 func TestVerticalPodAutoscaler(t *testing.T) {
+	t.Parallel() // its time is mostly waits: it runs beside another such test
 	e := testenv.Up(t)
 	ctx := context.Background()
 	e.MustRun("cluster", "create", "vpa", "--vertical-pod-autoscaler", "--nodepool", "name=gpu,type=gpu-l4x1,replicas=2", "--wait")

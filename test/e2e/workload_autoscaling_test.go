@@ -28,6 +28,7 @@ import (
 // scales the Deployment as that use asks (1 -> 4 replicas at 200m used of
 // 100m requested, target 50%).
 func TestHPAOnKwokNodes(t *testing.T) {
+	t.Parallel() // its time is mostly waits: it runs beside another such test
 	if testing.Short() {
 		t.Skip("starts a management plane and a tenant cluster")
 	}

@@ -13,6 +13,7 @@ import (
 	"fke.dev/fke/internal/controlplane/hosted"
 	"fke.dev/fke/internal/encryption"
 	"fke.dev/fke/internal/pki"
+	"fke.dev/fke/internal/versions"
 )
 
 // HostedPlane is a tenant control plane of the hosted runtime, made as the
@@ -37,7 +38,7 @@ func CreateHostedPlane(ctx context.Context, rt *hosted.Runtime, key, datastore s
 
 // hostedSpec is the Spec of the tests' hosted planes, without its PKI.
 func hostedSpec(key, datastore string) controlplane.Spec {
-	return controlplane.Spec{Key: key, Version: "v1.37.2", PodCIDR: "10.244.0.0/16", ServiceCIDR: "10.96.0.0/16", Datastore: datastore}
+	return controlplane.Spec{Key: key, Version: versions.Default, PodCIDR: "10.244.0.0/16", ServiceCIDR: "10.96.0.0/16", Datastore: datastore}
 }
 
 // EnsureHostedPlane calls Ensure for p once, as the cluster controller
