@@ -151,9 +151,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.
 		}
 	}
 
-	before := cl.DeepCopy()
+	p := &pass{key: req.String(), cl: cl, before: cl.DeepCopy(), requeue: requeueReady}
 	defer func() {
-		perr := r.patchStatus(ctx, before, cl)
+		perr := r.patchStatus(ctx, p.before, cl)
 		switch {
 		case apierrors.IsConflict(perr) && err == nil:
 			// Read from a cache behind the API server: this reconcile's
@@ -169,182 +169,20 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.
 	}()
 	// flush records the status now, before a long step (an upgrade); it
 	// fails when the status read is no longer the newest.
-	flush := func() error {
-		if perr := r.patchStatus(ctx, before, cl); perr != nil {
+	p.flush = func() error {
+		if perr := r.patchStatus(ctx, p.before, cl); perr != nil {
 			log.Info("recording status", "cluster", req.String(), "error", perr.Error())
 			return perr
 		}
-		before = cl.DeepCopy()
+		p.before = cl.DeepCopy()
 		return nil
 	}
-
-	if reason, msg, ok := r.validate(cl); !ok {
-		setNotReady(cl, reason, msg)
-		r.Recorder.Eventf(cl, nil, corev1.EventTypeWarning, reason, "Validate", msg)
-		return ctrl.Result{}, nil
-	}
-
-	if err := r.claimStandby(ctx, cl); err != nil {
-		setUnknown(cl, err)
-		return ctrl.Result{}, err
-	}
-	if err := r.ensurePodCIDR(ctx, cl); err != nil {
-		setUnknown(cl, err)
-		return ctrl.Result{}, err
-	}
-	if err := r.ensurePorts(ctx, cl); err != nil {
-		setUnknown(cl, err)
-		return ctrl.Result{}, err
-	}
-	// The steps above write what they choose at once; cl is what they
-	// wrote (nothing else of its status changed yet), so the status
-	// written at the end is a patch from there.
-	before = cl.DeepCopy()
-	bundle, err := r.ensurePKI(ctx, cl)
-	if err != nil {
-		setUnknown(cl, err)
-		return ctrl.Result{}, err
-	}
-	restore := ""
-	// Once the control plane was started, its etcd holds the snapshot's
-	// data: the snapshot may since have been pruned.
-	if from := cl.Spec.RestoreFrom; from != nil && cl.Status.Endpoint == "" {
-		_, path, err := r.restoreSnapshot(ctx, cl, from)
-		if err != nil {
-			msg := fmt.Sprintf("cannot restore from snapshot %s of cluster %s: %v", from.Snapshot, from.Cluster, err)
-			setNotReady(cl, fkev1.ReasonRestoreFailed, msg)
-			r.Recorder.Eventf(cl, nil, corev1.EventTypeWarning, fkev1.ReasonRestoreFailed, "Restore", msg)
-			return ctrl.Result{RequeueAfter: time.Minute}, nil
-		}
-		restore = path
-	}
-	want, err := r.inPlaceRequest(ctx, cl)
-	if err != nil {
-		setUnknown(cl, err)
-		return ctrl.Result{}, err
-	}
-	if want != "" {
-		path, kept, err := r.restoreInPlace(ctx, cl, bundle, want)
-		cl.Status.RestoreRequest = want
-		if err != nil {
-			meta.SetStatusCondition(&cl.Status.Conditions, metav1.Condition{Type: fkev1.ConditionRestored, Status: metav1.ConditionFalse,
-				Reason: fkev1.ReasonRestoreFailed, Message: err.Error(), ObservedGeneration: cl.Generation})
-			r.Recorder.Eventf(cl, nil, corev1.EventTypeWarning, fkev1.ReasonRestoreFailed, "Restore", "%v", err)
-		} else {
-			msg := fmt.Sprintf("restored in place from snapshot %s; the data it replaced is kept beside the cluster's etcd data", filepath.Base(path))
-			if kept != "" {
-				msg = fmt.Sprintf("restored in place from snapshot %s; the data it replaced is kept as snapshot %s", filepath.Base(path), kept)
-			} else {
-				restore = path
-			}
-			meta.SetStatusCondition(&cl.Status.Conditions, metav1.Condition{Type: fkev1.ConditionRestored, Status: metav1.ConditionTrue,
-				Reason: "RestoredInPlace", Message: msg, ObservedGeneration: cl.Generation})
-			r.Recorder.Eventf(cl, nil, corev1.EventTypeNormal, "RestoredInPlace", "Restore", "%s", msg)
+	for _, ph := range r.phases() {
+		if res, done, err := ph.run(ctx, p); done || err != nil {
+			return res, err
 		}
 	}
-	spec := controlplane.Spec{
-		Restore:   restore,
-		Key:       req.String(),
-		Version:   cl.Spec.Version,
-		Datastore: string(cl.Spec.Datastore),
-		// Components start again at the version they ran, also in the
-		// middle of an upgrade; reconcileUpgrade moves them on.
-		ComponentVersions: startVersions(cl),
-		Ports:             clusterbackup.PortsOf(cl.Status.Ports),
-		PodCIDR:           cl.Spec.Network.PodCIDR,
-		ServiceCIDR:       cl.Spec.Network.ServiceCIDR,
-		PKI:               bundle,
-		NodeAddress:       r.NodeAddress,
-	}
-	wasReady := meta.IsStatusConditionTrue(cl.Status.Conditions, fkev1.ConditionControlPlaneReady)
-	st, err := r.runtime(cl).Ensure(ctx, spec)
-	if err != nil {
-		setUnknown(cl, err)
-		r.Recorder.Eventf(cl, nil, corev1.EventTypeWarning, "ControlPlaneFailed", "Start", "starting control plane: %v", err)
-		return ctrl.Result{}, fmt.Errorf("ensuring control plane: %w", err)
-	}
-	if st.Endpoint == "" {
-		// No endpoint yet (a hosted plane whose data is still being
-		// restored, which takes as long as its etcd takes to start):
-		// nothing to write a kubeconfig for or connect to.
-		computeStatus(cl, st)
-		return ctrl.Result{RequeueAfter: time.Second}, nil
-	}
-	kubeconfig, err := r.ensureKubeconfig(ctx, cl, bundle, st.Endpoint)
-	if err != nil {
-		setUnknown(cl, err)
-		return ctrl.Result{}, err
-	}
-	cl.Status.Endpoint = st.Endpoint
-	cl.Status.KubeconfigSecret = fkev1.KubeconfigSecretName(cl.Name)
-	computeStatus(cl, st)
-	if cs := componentVersions(st); st.Ready() || len(cl.Status.ControlPlane) == 0 {
-		cl.Status.ControlPlane = cs
-	}
-
-	if !st.Ready() {
-		if wasReady && !st.Adopting() {
-			r.Recorder.Eventf(cl, nil, corev1.EventTypeWarning, "ControlPlaneNotReady", "Monitor", "components not ready: %v", st.NotReady())
-		}
-		if st.Queued != "" {
-			return ctrl.Result{RequeueAfter: requeueQueued}, nil
-		}
-		return ctrl.Result{RequeueAfter: startPoll(r.runtime(cl))}, nil
-	}
-	if !wasReady {
-		log.Info("control plane ready", "cluster", req.String(), "endpoint", st.Endpoint)
-		r.Recorder.Eventf(cl, nil, corev1.EventTypeNormal, "ControlPlaneReady", "Start", "control plane ready at %s", st.Endpoint)
-	}
-	r.reportAdopted(cl, req.String(), st)
-	if after, handled := r.reconcileUpgrade(ctx, cl, spec, st, bundle, flush); handled {
-		return ctrl.Result{RequeueAfter: after}, nil
-	}
-	started, autoNext, err := r.autoUpgrade(ctx, cl, time.Now())
-	if err != nil {
-		log.Info("automatic upgrade", "cluster", req.String(), "error", err.Error())
-	}
-	if started {
-		return ctrl.Result{}, nil // the spec change brings the next reconcile
-	}
-	tenantCfg, err := clientcmd.RESTConfigFromKubeConfig(kubeconfig)
-	if err != nil {
-		setUnknown(cl, err)
-		return ctrl.Result{}, fmt.Errorf("kubeconfig of %s: %w", req, err)
-	}
-	if r.Addons != nil && (!wasReady || !r.baseInstalled(req.String())) {
-		if err := r.Addons(ctx, tenantCfg); err != nil {
-			meta.SetStatusCondition(&cl.Status.Conditions, addonsCondition(err, cl.Status.Addons, cl.Generation))
-			meta.SetStatusCondition(&cl.Status.Conditions, metav1.Condition{
-				Type: fkev1.ConditionReady, Status: metav1.ConditionFalse, Reason: fkev1.ReasonAddonsNotReady,
-				Message: "installing addons failed: " + err.Error(), ObservedGeneration: cl.Generation,
-			})
-			r.Recorder.Eventf(cl, nil, corev1.EventTypeWarning, "AddonsFailed", "Install", "installing addons: %v", err)
-			return ctrl.Result{RequeueAfter: 5 * time.Second}, nil
-		}
-		r.base.Store(req.String(), true)
-	}
-	requeue := requeueReady
-	if autoNext > 0 {
-		requeue = min(requeue, autoNext)
-	}
-	if r.reconcileAddons(ctx, cl, req.String(), st.AddonNetwork, bundle, tenantCfg, nil) {
-		requeue = requeueAddons
-	}
-	if r.Approvers != nil && !r.Approvers.Running(req.String()) {
-		if err := r.startApprover(req.String(), kubeconfig); err != nil {
-			log.Info("starting serving approver failed", "cluster", req.String(), "error", err.Error())
-			return ctrl.Result{RequeueAfter: requeueStarting}, nil
-		}
-	}
-	if r.Versioner != nil && (cl.Status.Version == "" || !wasReady) {
-		v, err := r.Versioner(ctx, st.Endpoint, kubeconfig)
-		if err != nil {
-			log.Info("reading API server version failed", "cluster", req.String(), "error", err.Error())
-			return ctrl.Result{RequeueAfter: requeueStarting}, nil
-		}
-		cl.Status.Version = v
-	}
-	return ctrl.Result{RequeueAfter: requeue}, nil
+	return ctrl.Result{RequeueAfter: p.requeue}, nil
 }
 
 // reportAdopted records an event, once per cluster and process, when the
