@@ -219,79 +219,15 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.
 		}
 	}()
 
-	desired := np.DesiredReplicas()
-	np.Status.DesiredReplicas = int32(desired)
+	p := &pass{key: req.String(), np: np, machines: machines, desired: np.DesiredReplicas()}
+	np.Status.DesiredReplicas = int32(p.desired)
 	np.Status.Selector = labels.SelectorFromSet(np.MachineSelector()).String()
-
-	cl := &fkev1.Cluster{}
-	if err := r.Client.Get(ctx, client.ObjectKey{Namespace: np.Namespace, Name: np.Spec.ClusterName}, cl); err != nil {
-		if apierrors.IsNotFound(err) {
-			setCondition(np, metav1.ConditionFalse, fkev1.ReasonClusterNotReady, fmt.Sprintf("cluster %s does not exist", np.Spec.ClusterName))
-			return ctrl.Result{RequeueAfter: 5 * time.Second}, nil
-		}
-		return ctrl.Result{}, err
-	}
-	it := &fkev1.InstanceType{}
-	if err := r.Client.Get(ctx, client.ObjectKey{Name: np.Spec.InstanceType}, it); err != nil {
-		if apierrors.IsNotFound(err) {
-			msg := fmt.Sprintf("instance type %s does not exist: list them with `fke instancetypes`", np.Spec.InstanceType)
-			setCondition(np, metav1.ConditionFalse, fkev1.ReasonInvalidSpec, msg)
-			return ctrl.Result{RequeueAfter: 30 * time.Second}, nil
-		}
-		return ctrl.Result{}, err
-	}
-	if !meta.IsStatusConditionTrue(cl.Status.Conditions, fkev1.ConditionReady) {
-		setCondition(np, metav1.ConditionFalse, fkev1.ReasonClusterNotReady, "waiting for cluster "+cl.Name+" to be ready")
-		return ctrl.Result{RequeueAfter: 2 * time.Second}, nil
-	}
-	t, err := r.Tenants.Get(ctx, client.ObjectKeyFromObject(cl).String())
-	if err != nil {
-		return ctrl.Result{}, err
-	}
-	if r.GPUAgents != nil && np.Spec.Provider == fkev1.ProviderLocal && it.Spec.GPU != nil {
-		if err := r.GPUAgents.Ensure(ctx, t, np, it); err != nil {
-			setCondition(np, metav1.ConditionFalse, fkev1.ReasonGPUAgentFailed, "installing the GPU agent: "+err.Error())
-			return ctrl.Result{}, fmt.Errorf("GPU agent of pool %s: %w", np.Name, err)
+	for _, ph := range r.phases() {
+		if res, done, err := ph.run(ctx, p); done || err != nil {
+			return res, err
 		}
 	}
-	hash := TemplateHash(np)
-	version := PoolVersion(np, cl)
-	usage, kept, err := nodeUsage(ctx, t, machines, r.keptUsage(req.String()))
-	if err != nil {
-		return ctrl.Result{}, err
-	}
-	r.keepUsage(req.String(), kept)
-	members := make([]Member, 0, len(machines))
-	var live []*fkev1.Machine
-	for _, m := range machines {
-		if !m.DeletionTimestamp.IsZero() {
-			continue
-		}
-		live = append(live, m)
-		u := usage[m.Status.NodeName]
-		members = append(members, Member{
-			Name: m.Name, Ready: meta.IsStatusConditionTrue(m.Status.Conditions, fkev1.ConditionReady),
-			Outdated: m.Spec.TemplateHash != hash || versions.OrDefault(m.Spec.Version) != version, Pods: u.pods, Utilization: u.utilization,
-			CreatedUnix: m.CreationTimestamp.Unix(), Marked: m.Annotations[fkev1.AnnotationScaleDown] == "true",
-		})
-	}
-	requeue, repairNext, err := r.repair(ctx, np, live)
-	if err != nil || requeue > 0 {
-		return ctrl.Result{RequeueAfter: requeue}, err
-	}
-	plan := Decide(desired, members, np.Spec.Upgrade.MaxSurge, np.Spec.Upgrade.MaxUnavailable)
-	if err := r.apply(ctx, np, hash, version, plan, len(live), desired); err != nil {
-		return ctrl.Result{}, err
-	}
-	computeStatus(np, machines, usage, plan, desired)
-	if plan.Create > 0 || len(plan.Delete) > 0 || plan.Rolling || np.Status.ReadyReplicas != int32(desired) {
-		return ctrl.Result{RequeueAfter: 2 * time.Second}, nil
-	}
-	next := time.Minute
-	if !repairNext.IsZero() {
-		next = min(next, max(time.Until(repairNext)+100*time.Millisecond, time.Second))
-	}
-	return ctrl.Result{RequeueAfter: next}, nil
+	return ctrl.Result{}, nil
 }
 
 func (r *Reconciler) apply(ctx context.Context, np *fkev1.NodePool, hash, version string, plan Plan, live, desired int) error {
