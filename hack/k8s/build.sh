@@ -4,7 +4,7 @@
 #   etcd (go.etcd.io/etcd/server/v3), etcdutl (go.etcd.io/etcd/etcdutl/v3), kwok (sigs.k8s.io/kwok), the OCI registry
 #   (github.com/distribution/distribution/v3), coredns (github.com/coredns/coredns),
 #   metrics-server (sigs.k8s.io/metrics-server) and, for the end-to-end test of Kueue's ProvisioningRequest admission check,
-#   kueue (sigs.k8s.io/kueue/cmd/kueue), and fke-kube-plane (hack/k8s/plane: a tenant's etcd, kube-apiserver,
+#   kueue (sigs.k8s.io/kueue/cmd/kueue), and fke-kube-plane (cmd/fke-kube-plane: a tenant's etcd, kube-apiserver,
 #   kube-controller-manager and kube-scheduler in one process, from upstream's packages). (The Vertical Pod Autoscaler is built from its packages into fke's own
 #   fke-vpa: see internal/vpa.)
 # The default Kubernetes version's components live in OUTPUT_DIR itself; the older minor that clusters can be created
@@ -55,7 +55,7 @@ all=(
   "coredns|coredns|github.com/coredns/coredns"
   "metrics-server|metrics-server|sigs.k8s.io/metrics-server/cmd/metrics-server"
   "kueue|kueue|sigs.k8s.io/kueue/cmd/kueue"
-  "fke-kube-plane|plane|fke.dev/hack/k8s/plane"
+  "fke-kube-plane|../../cmd/fke-kube-plane|fke.dev/fke/cmd/fke-kube-plane"
   "$old_version/kube-apiserver|v1.36|k8s.io/kubernetes/cmd/kube-apiserver"
   "$old_version/kube-controller-manager|v1.36|k8s.io/kubernetes/cmd/kube-controller-manager"
   "$old_version/kube-scheduler|v1.36|k8s.io/kubernetes/cmd/kube-scheduler"
@@ -112,7 +112,7 @@ for entry in "${selected[@]}"; do
   mkdir -p "$(dirname "$out/$name")"
   # The stamp: the module's pinned dependencies, the toolchain and the flags
   # (and for fke-kube-plane, whose code is fke's, its source).
-  stamp=$( (cat "$moddir/go.sum"; [ "$dir" != plane ] || cat "$moddir"/*.go; echo "$gover $pkg $ldflags$cross") | sha256sum | cut -d' ' -f1)
+  stamp=$( (cat "$moddir/go.sum"; [ "$name" != fke-kube-plane ] || cat "$moddir"/*.go; echo "$gover $pkg $ldflags$cross") | sha256sum | cut -d' ' -f1)
   cache=${FKE_BIN_CACHE:-}
   if [ -x "$out/$name" ] && [ "$(cat "$(stamp_of "$out" "$name")" 2>/dev/null)" = "$stamp" ]; then
     echo "[$i/$total] $name: up to date"

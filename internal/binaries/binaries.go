@@ -33,7 +33,7 @@ const (
 	CoreDNS = "coredns"
 	// KubePlane runs a tenant's etcd, kube-apiserver, kube-controller-manager
 	// and kube-scheduler of the default version in one process (built by
-	// `make binaries` from hack/k8s/plane, upstream's packages).
+	// `make binaries` from cmd/fke-kube-plane, upstream's packages).
 	KubePlane = "fke-kube-plane"
 )
 

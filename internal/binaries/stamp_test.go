@@ -22,9 +22,9 @@ func TestStampOf(t *testing.T) {
 		{"a replaced module reports its replacement", debug.BuildInfo{Path: "sigs.k8s.io/kwok/cmd/kwok",
 			Deps: []*debug.Module{{Path: "sigs.k8s.io/kwok", Version: "v0.7.0", Replace: &debug.Module{Path: "sigs.k8s.io/kwok", Version: "v0.8.0"}}}},
 			Stamp{Package: "sigs.k8s.io/kwok/cmd/kwok", Module: "sigs.k8s.io/kwok", Version: "v0.8.0"}},
-		{"fke's own plane reports the Kubernetes it links", debug.BuildInfo{Path: "fke.dev/hack/k8s/plane",
-			Main: debug.Module{Path: "fke.dev/hack/k8s/plane", Version: "(devel)"}, Deps: []*debug.Module{k8s}},
-			Stamp{Package: "fke.dev/hack/k8s/plane", Module: "k8s.io/kubernetes", Version: "v1.37.2"}},
+		{"fke's own plane reports the Kubernetes it links", debug.BuildInfo{Path: "fke.dev/fke/cmd/fke-kube-plane",
+			Main: debug.Module{Path: "fke.dev/fke/cmd/fke-kube-plane", Version: "(devel)"}, Deps: []*debug.Module{k8s}},
+			Stamp{Package: "fke.dev/fke/cmd/fke-kube-plane", Module: "k8s.io/kubernetes", Version: "v1.37.2"}},
 	}
 	for _, tt := range tests {
 		if got := StampOf(&tt.bi); got != tt.want {

@@ -9,6 +9,7 @@ import (
 	"archive/tar"
 	"bytes"
 	"cmp"
+	"compress/gzip"
 	"fmt"
 	"io"
 	"path"
@@ -54,6 +55,8 @@ type Spec struct {
 	// Compress stores the layer gzip-compressed, for images that travel
 	// (a release's OCI layout) rather than to fke's registry on this machine.
 	Compress bool
+	// Level is the gzip level of a compressed layer (0: the default).
+	Level int
 }
 
 // epoch is the timestamp of every file and of the image, so that building
@@ -75,7 +78,7 @@ func Build(s Spec) (v1.Image, error) {
 	if s.Compress {
 		mt = types.OCILayer
 		l, err = tarball.LayerFromOpener(func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(layer)), nil },
-			tarball.WithMediaType(mt), tarball.WithCompressedCaching)
+			tarball.WithMediaType(mt), tarball.WithCompressedCaching, tarball.WithCompressionLevel(cmp.Or(s.Level, gzip.DefaultCompression)))
 		if err != nil {
 			return nil, fmt.Errorf("building image: %w", err)
 		}

@@ -22,16 +22,16 @@ import (
 var epoch = time.Unix(0, 0).UTC()
 
 // writeTarball writes files (paths relative to dir, slash-separated) as a
-// gzip-compressed tar at dst, under the directory top, and returns each
+// gzip-compressed tar (at level) at dst, under the directory top, and returns each
 // file's SHA-256 (hex) by its path. dst appears only once complete.
-func writeTarball(ctx context.Context, dst, top, dir string, files []string) (map[string]string, error) {
+func writeTarball(ctx context.Context, dst, top, dir string, files []string, level int) (map[string]string, error) {
 	tmp, err := os.CreateTemp(filepath.Dir(dst), ".tarball-*")
 	if err != nil {
 		return nil, fmt.Errorf("writing %s: %w", dst, err)
 	}
 	defer os.Remove(tmp.Name())
 	defer tmp.Close()
-	zw, err := gzip.NewWriterLevel(tmp, gzip.DefaultCompression)
+	zw, err := gzip.NewWriterLevel(tmp, level)
 	if err != nil {
 		return nil, err
 	}

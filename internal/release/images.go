@@ -58,7 +58,7 @@ func binaryOf(si image.SystemImage) string {
 // writeImages writes Images(version) as an OCI image layout, each image an
 // index over platforms with compressed layers, tarred at dst; it returns
 // how many images it wrote.
-func writeImages(dst, version string, platforms []Platform) (int, error) {
+func writeImages(dst, version string, platforms []Platform, level int) (int, error) {
 	dir, err := os.MkdirTemp(filepath.Dir(dst), ".images-*")
 	if err != nil {
 		return 0, fmt.Errorf("writing %s: %w", dst, err)
@@ -76,7 +76,7 @@ func writeImages(dst, version string, platforms []Platform) (int, error) {
 			if err != nil {
 				return 0, fmt.Errorf("%s: %w", p, err)
 			}
-			spec.Compress = true
+			spec.Compress, spec.Level = true, level
 			img, err := image.Build(spec)
 			if err != nil {
 				return 0, fmt.Errorf("%s: image %s: %w", p, si.Name, err)

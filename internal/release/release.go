@@ -25,6 +25,7 @@ import (
 	"time"
 
 	"github.com/Masterminds/semver/v3"
+	"github.com/klauspost/compress/gzip"
 
 	"fke.dev/fke/internal/binaries"
 	"fke.dev/fke/internal/image"
@@ -68,6 +69,10 @@ type Spec struct {
 	Chart string
 	// Progress, when set, gets a line per step.
 	Progress io.Writer
+	// Level is the gzip level of the tarballs and the images' layers
+	// (compress/gzip's levels; 0 is the default level). Tests that lay out a
+	// release to run it, not to ship it, use BestSpeed.
+	Level int
 }
 
 // Artifact is one file of a release.
@@ -133,7 +138,7 @@ func Make(ctx context.Context, s Spec) ([]Artifact, error) {
 	for _, p := range s.Platforms {
 		start := time.Now()
 		name := p.base(s.Version) + ".tar.gz"
-		sums, err := writeTarball(ctx, filepath.Join(s.Out, name), p.base(s.Version), p.Dir, Files())
+		sums, err := writeTarball(ctx, filepath.Join(s.Out, name), p.base(s.Version), p.Dir, Files(), s.level())
 		if err := add(name, err); err != nil {
 			return nil, err
 		}
@@ -147,7 +152,7 @@ func Make(ctx context.Context, s Spec) ([]Artifact, error) {
 	}
 	start := time.Now()
 	name := "fke_" + s.Version + "_images.tar"
-	n, err := writeImages(filepath.Join(s.Out, name), s.Version, s.Platforms)
+	n, err := writeImages(filepath.Join(s.Out, name), s.Version, s.Platforms, s.level())
 	if err := add(name, err); err != nil {
 		return nil, err
 	}
@@ -164,6 +169,13 @@ func Make(ctx context.Context, s Spec) ([]Artifact, error) {
 	return arts, nil
 }
 
+func (s Spec) level() int {
+	if s.Level == 0 {
+		return gzip.DefaultCompression
+	}
+	return s.Level
+}
+
 // check validates s and every input file without writing anything.
 func (s Spec) check() error {
 	if !strings.HasPrefix(s.Version, "v") {
@@ -177,6 +189,9 @@ func (s Spec) check() error {
 	}
 	if entries, err := os.ReadDir(s.Out); err == nil && len(entries) > 0 {
 		return fmt.Errorf("output directory %s is not empty: a release is written once", s.Out)
+	}
+	if s.Level < gzip.HuffmanOnly || s.Level > gzip.BestCompression {
+		return fmt.Errorf("gzip level %d: want %d to %d", s.Level, gzip.HuffmanOnly, gzip.BestCompression)
 	}
 	if len(s.Platforms) == 0 {
 		return errors.New("no platform: name at least one, e.g. linux/amd64=_output/bin")

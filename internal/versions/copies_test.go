@@ -19,7 +19,7 @@ func TestCopiesAgree(t *testing.T) {
 		{"hack/k8s/build.sh", `(?m)^k8s_version=(\S+)$`, Default},
 		{"hack/k8s/build.sh", `(?m)^old_version=(\S+)$`, Previous},
 		{"hack/k8s/go.mod", `(?m)^require k8s.io/kubernetes (\S+)$`, Default},
-		{"hack/k8s/plane/go.mod", `(?m)^require k8s.io/kubernetes (\S+)$`, Default},
+		{"cmd/fke-kube-plane/go.mod", `(?m)^require k8s.io/kubernetes (\S+)$`, Default},
 		{"hack/k8s/v1.36/go.mod", `(?m)^require k8s.io/kubernetes (\S+)$`, Previous},
 		{"api/v1alpha1/cluster_types.go", `\+kubebuilder:default="(v[0-9.]+)"`, Default},
 		{"config/crd/bases/fke.dev_clusters.yaml", `default: (v1\.[0-9.]+)`, Default},

@@ -1,6 +1,7 @@
 package testenv
 
 import (
+	"compress/gzip"
 	"context"
 	"os"
 	"os/exec"
@@ -57,7 +58,7 @@ func MakeRelease(t testing.TB, version string, from map[string]string) *Release 
 	r := &Release{Version: version, Dir: filepath.Join(t.TempDir(), version)}
 	p := release.Platform{OS: "linux", Arch: runtime.GOARCH, Dir: src}
 	arts, err := release.Make(context.Background(), release.Spec{Version: version, Out: r.Dir, Platforms: []release.Platform{p},
-		Chart: filepath.Join(RepoRoot(), "charts", "fke")})
+		Chart: filepath.Join(RepoRoot(), "charts", "fke"), Level: gzip.BestSpeed})
 	if err != nil {
 		t.Fatalf("make release: %v", err)
 	}

@@ -18,7 +18,7 @@ import (
 //
 //   - Combined: one fke-kube-plane process runs etcd, kube-apiserver,
 //     kube-controller-manager and kube-scheduler, upstream's code linked
-//     into one binary (hack/k8s/plane). The four share one Go runtime and
+//     into one binary (cmd/fke-kube-plane). The four share one Go runtime and
 //     one copy of the API types: an idle tenant holds about 0.64× the
 //     memory of four processes (bench/README.md). It is built for the
 //     default Kubernetes version only, so its components are not upgraded
@@ -128,7 +128,7 @@ func withClusterName(spec controlplane.Spec, l layout) (controlplane.Spec, error
 // objects upstream's API server creates alike in every new cluster of a
 // version, saved by the first plane of the version and written into each
 // new plane's empty datastore before its API server looks for them
-// (hack/k8s/plane/seed.go). A dot-name: no namespace is called that.
+// (cmd/fke-kube-plane/seed.go). A dot-name: no namespace is called that.
 const seedDir = ".seeds"
 
 // seedFile is the seed of planes of version under dir.

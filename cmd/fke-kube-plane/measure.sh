@@ -22,7 +22,7 @@
 # idle machine, from the repository root, after `make build binaries` and
 # building the plane (see main.go):
 #
-#   hack/k8s/plane/measure.sh PLANE_BINARY [ROUNDS] [IDLE] [MODES]
+#   cmd/fke-kube-plane/measure.sh PLANE_BINARY [ROUNDS] [IDLE] [MODES]
 #
 # MODES defaults to "separate plane embedded nowatchcache".
 set -euo pipefail

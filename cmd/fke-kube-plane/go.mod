@@ -1,4 +1,4 @@
-module fke.dev/hack/k8s/plane
+module fke.dev/fke/cmd/fke-kube-plane
 
 go 1.26.0
 

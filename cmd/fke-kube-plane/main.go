@@ -23,7 +23,7 @@
 // It is a module of its own beside hack/k8s (same pinned versions, plus
 // etcd's server), so that hack/k8s's go.sum, which stamps the upstream
 // binaries' build, does not change. `make binaries` builds it (build.sh);
-// by hand, build it from hack/k8s/plane with
+// by hand, build it from cmd/fke-kube-plane with
 // `CGO_ENABLED=0 go build -trimpath -o fke-kube-plane .` (as build.sh builds
 // the upstream binaries, so the Go build cache of theirs serves), adding
 // the -ldflags that build.sh's k8s_ldflags gives so that /version reports
