@@ -26,7 +26,7 @@ import (
 	"fke.dev/fke/internal/controlplane/hosted"
 	"fke.dev/fke/internal/hostnet"
 	"fke.dev/fke/internal/manager"
-	"fke.dev/fke/internal/nodeprovider/local"
+	localnodes "fke.dev/fke/internal/nodeprovider/local"
 	"fke.dev/fke/internal/nodeutil"
 	"fke.dev/fke/test/testenv"
 )
@@ -46,8 +46,8 @@ import (
 //
 //	go test ./bench -run '^$' -bench Hosted -benchtime 1x -timeout 70m
 func BenchmarkHosted(b *testing.B) {
-	checks := local.Checks(b.Context(), binaries.Finder{Dir: testenv.BinDir(b)}, hostnet.New(nil, nil))
-	if err := local.Unavailable(checks); err != nil {
+	checks := localnodes.Checks(b.Context(), binaries.Finder{Dir: testenv.BinDir(b)}, hostnet.New(nil, nil))
+	if err := localnodes.Unavailable(checks); err != nil {
 		b.Skipf("local nodes cannot run here: %v", err)
 	}
 	n := 10

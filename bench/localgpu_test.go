@@ -20,7 +20,7 @@ import (
 	"fke.dev/fke/internal/binaries"
 	"fke.dev/fke/internal/hostnet"
 	"fke.dev/fke/internal/image"
-	"fke.dev/fke/internal/nodeprovider/local"
+	localnodes "fke.dev/fke/internal/nodeprovider/local"
 	"fke.dev/fke/internal/nodetemplate"
 	"fke.dev/fke/test/testenv"
 )
@@ -32,8 +32,8 @@ import (
 //
 //	go test ./bench -run '^$' -bench LocalGPUNode -benchtime 1x -v
 func BenchmarkLocalGPUNode(b *testing.B) {
-	checks := local.Checks(context.Background(), binaries.Finder{Dir: testenv.BinDir(b)}, hostnet.New(nil, nil))
-	if err := local.Unavailable(checks); err != nil {
+	checks := localnodes.Checks(context.Background(), binaries.Finder{Dir: testenv.BinDir(b)}, hostnet.New(nil, nil))
+	if err := localnodes.Unavailable(checks); err != nil {
 		b.Skipf("local nodes cannot run here: %v", err)
 	}
 	if _, err := exec.LookPath("nvidia-smi"); err == nil {

@@ -23,7 +23,7 @@ import (
 	"fke.dev/fke/internal/binaries"
 	"fke.dev/fke/internal/hostnet"
 	"fke.dev/fke/internal/image"
-	"fke.dev/fke/internal/nodeprovider/local"
+	localnodes "fke.dev/fke/internal/nodeprovider/local"
 	"fke.dev/fke/internal/nodeutil"
 	"fke.dev/fke/test/testenv"
 )
@@ -38,8 +38,8 @@ import (
 //
 //	flock /tmp/fke-localnode.lock go test ./bench -run '^$' -bench LocalNode -benchtime 1x -v
 func BenchmarkLocalNode(b *testing.B) {
-	checks := local.Checks(b.Context(), binaries.Finder{Dir: testenv.BinDir(b)}, hostnet.New(nil, nil))
-	if err := local.Unavailable(checks); err != nil {
+	checks := localnodes.Checks(b.Context(), binaries.Finder{Dir: testenv.BinDir(b)}, hostnet.New(nil, nil))
+	if err := localnodes.Unavailable(checks); err != nil {
 		b.Skipf("local nodes cannot run here: %v", err)
 	}
 	e := testenv.Up(b)
@@ -282,37 +282,37 @@ func startAnchor(b *testing.B, e *testenv.Env, cs kubernetes.Interface, registry
 	if err != nil {
 		b.Fatal(err)
 	}
-	l := local.Layout{Dir: dir}
+	l := localnodes.Layout{Dir: dir}
 	for _, d := range l.Dirs() {
 		if err := os.MkdirAll(d, 0o750); err != nil {
 			b.Fatal(err)
 		}
 	}
-	cgroup := local.CgroupParent + "/" + anchorName
-	if err := local.EnsureCgroup(cgroup); err != nil {
+	cgroup := localnodes.CgroupParent + "/" + anchorName
+	if err := localnodes.EnsureCgroup(cgroup); err != nil {
 		b.Fatal(err)
 	}
 	// Tainted so that nothing of the cluster lands on it.
-	kubelet, err := local.KubeletConfig(l, local.KubeletSpec{NodeIP: hostnet.Gateway, CgroupRoot: cgroup, MaxPods: 110,
+	kubelet, err := localnodes.KubeletConfig(l, localnodes.KubeletSpec{NodeIP: hostnet.Gateway, CgroupRoot: cgroup, MaxPods: 110,
 		Taints: []corev1.Taint{{Key: "fke.dev/bench-anchor", Effect: corev1.TaintEffectNoSchedule}}})
 	if err != nil {
 		b.Fatal(err)
 	}
 	// A pod network that no pod uses: the runtime reports its network ready.
-	cni, err := local.CNIConfig(l, netip.MustParsePrefix("10.254.254.0/24"))
+	cni, err := localnodes.CNIConfig(l, netip.MustParsePrefix("10.254.254.0/24"))
 	if err != nil {
 		b.Fatal(err)
 	}
 	kubelet = append(kubelet, []byte("makeIPTablesUtilChains: false\n")...)
-	containerd := local.ContainerdSpec{PauseImage: image.Pause.Ref(registry), Registry: registry}
+	containerd := localnodes.ContainerdSpec{PauseImage: image.Pause.Ref(registry), Registry: registry}
 	files := map[string][]byte{
-		l.ContainerdConfig():  []byte(local.ContainerdConfig(l, containerd)),
+		l.ContainerdConfig():  []byte(localnodes.ContainerdConfig(l, containerd)),
 		l.KubeletConfig():     kubelet,
 		l.KubeletKubeconfig(): []byte(e.MustRun("kubeconfig", "demo")),
 		l.CA():                e.TenantConfig("demo").CAData,
 		filepath.Join(l.CNIConf(), "10-fke.conflist"): cni,
 	}
-	for name, hosts := range local.RegistryHosts(containerd) {
+	for name, hosts := range localnodes.RegistryHosts(containerd) {
 		files[filepath.Join(l.ContainerdHosts(), name, "hosts.toml")] = []byte(hosts)
 	}
 	for p, data := range files {
@@ -327,7 +327,7 @@ func startAnchor(b *testing.B, e *testenv.Env, cs kubernetes.Interface, registry
 	if err != nil {
 		b.Fatal(err)
 	}
-	_, runExisted := os.Stat(local.ContainerdStateDir)
+	_, runExisted := os.Stat(localnodes.ContainerdStateDir)
 	script := fmt.Sprintf(`set -e
 mkdir -p /var/lib/kubelet %[6]s %[12]s
 mount --bind %[1]s /var/lib/kubelet
@@ -336,8 +336,8 @@ mount --bind %[13]s %[12]s
 containerd --config %[3]s >%[4]s/containerd.log 2>&1 &
 while [ ! -S %[6]s/containerd.sock ]; do sleep 0.05; done
 exec %[5]s --config=%[7]s --kubeconfig=%[8]s --root-dir=/var/lib/kubelet --cert-dir=%[9]s --hostname-override=%[10]s --node-ip=%[11]s --v=1 >%[4]s/kubelet.log 2>&1
-`, l.KubeletDir(), l.ContainerdState(), l.ContainerdConfig(), dir, kubeletBin, local.ContainerdStateDir,
-		l.KubeletConfig(), l.KubeletKubeconfig(), l.KubeletCertDir(), anchorName, hostnet.Gateway, local.CNIConfDir, l.CNIConf())
+`, l.KubeletDir(), l.ContainerdState(), l.ContainerdConfig(), dir, kubeletBin, localnodes.ContainerdStateDir,
+		l.KubeletConfig(), l.KubeletKubeconfig(), l.KubeletCertDir(), anchorName, hostnet.Gateway, localnodes.CNIConfDir, l.CNIConf())
 	cmd := exec.Command("unshare", "--mount", "--propagation", "private", "sh", "-c", script)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {
@@ -360,11 +360,11 @@ exec %[5]s --config=%[7]s --kubeconfig=%[8]s --root-dir=/var/lib/kubelet --cert-
 			}
 			return nil
 		})
-		if err := local.RemoveCgroup(cgroup); err != nil {
+		if err := localnodes.RemoveCgroup(cgroup); err != nil {
 			b.Error(err)
 		}
 		if runExisted != nil {
-			_ = os.Remove(local.ContainerdStateDir) // made by the script
+			_ = os.Remove(localnodes.ContainerdStateDir) // made by the script
 		}
 		if err := os.RemoveAll(dir); err != nil {
 			b.Error(err)

@@ -10,7 +10,7 @@ import (
 
 	"fke.dev/fke/internal/binaries"
 	"fke.dev/fke/internal/hostnet"
-	"fke.dev/fke/internal/nodeprovider/local"
+	localnodes "fke.dev/fke/internal/nodeprovider/local"
 	"fke.dev/fke/internal/nodeutil"
 	"fke.dev/fke/internal/versions"
 	"fke.dev/fke/test/testenv"
@@ -26,7 +26,7 @@ import (
 //
 //	flock /tmp/fke-localnode.lock go test ./bench -run '^$' -bench ClusterUpgrade -benchtime 1x -v
 func BenchmarkClusterUpgrade(b *testing.B) {
-	withLocal := local.Unavailable(local.Checks(b.Context(), binaries.Finder{Dir: testenv.BinDir(b)}, hostnet.New(nil, nil))) == nil
+	withLocal := localnodes.Unavailable(localnodes.Checks(b.Context(), binaries.Finder{Dir: testenv.BinDir(b)}, hostnet.New(nil, nil))) == nil
 	e := testenv.Up(b)
 	for i := 0; i < b.N; i++ {
 		name := fmt.Sprintf("up%d", i)

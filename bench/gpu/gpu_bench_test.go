@@ -17,17 +17,16 @@ import (
 	"testing"
 	"time"
 
+	gpuconfig "fke.dev/fke/internal/gpu/config"
+	"fke.dev/fke/internal/gpu/deviceplugin"
+	"fke.dev/fke/internal/gpu/health"
+	gpumetrics "fke.dev/fke/internal/gpu/metrics"
+	"fke.dev/fke/internal/gpu/nvml"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 	podresourcesapi "k8s.io/kubelet/pkg/apis/podresources/v1"
 	clocktesting "k8s.io/utils/clock/testing"
-
-	"fke.dev/fke/internal/gpu/config"
-	"fke.dev/fke/internal/gpu/deviceplugin"
-	"fke.dev/fke/internal/gpu/health"
-	"fke.dev/fke/internal/gpu/metrics"
-	"fke.dev/fke/internal/gpu/nvml"
 )
 
 func tempDir(b *testing.B) string {
@@ -48,7 +47,7 @@ type fixture struct {
 	client  pluginapi.DevicePluginClient
 }
 
-func newFixture(b *testing.B, ts *config.TimeSlicing) *fixture {
+func newFixture(b *testing.B, ts *gpuconfig.TimeSlicing) *fixture {
 	b.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	f := &fixture{clock: clocktesting.NewFakeClock(time.Unix(1000, 0))}
@@ -62,12 +61,12 @@ func newFixture(b *testing.B, ts *config.TimeSlicing) *fixture {
 	f.monitor = health.NewMonitor(f.mock, f.mock.UUIDs(), health.Options{Hold: time.Minute, ProbeInterval: time.Hour, Clock: f.clock, Log: quietLog()})
 	done := make(chan struct{})
 	go func() { defer close(done); _ = f.monitor.Run(ctx) }()
-	res, err := deviceplugin.BuildResources(f.devs, config.MIGStrategyNone, ts)
+	res, err := deviceplugin.BuildResources(f.devs, gpuconfig.MIGStrategyNone, ts)
 	if err != nil {
 		b.Fatal(err)
 	}
 	f.plugin = deviceplugin.NewPlugin(res[0], deviceplugin.TopologyOf(f.devs), filepath.Join(tempDir(b), "p.sock"),
-		deviceplugin.ManagerOptions{Policy: config.AllocationSpread, Strategy: config.DeviceListEnvvar, Health: f.monitor, Log: quietLog()})
+		deviceplugin.ManagerOptions{Policy: gpuconfig.AllocationSpread, Strategy: gpuconfig.DeviceListEnvvar, Health: f.monitor, Log: quietLog()})
 	if err := f.plugin.Start(); err != nil {
 		b.Fatal(err)
 	}
@@ -100,7 +99,7 @@ func BenchmarkAllocate(b *testing.B) {
 }
 
 func BenchmarkGetPreferredAllocationSharedx4(b *testing.B) {
-	f := newFixture(b, &config.TimeSlicing{Resources: []config.ReplicatedResource{{Name: "nvidia.com/gpu", Replicas: 4}}})
+	f := newFixture(b, &gpuconfig.TimeSlicing{Resources: []gpuconfig.ReplicatedResource{{Name: "nvidia.com/gpu", Replicas: 4}}})
 	ctx := context.Background()
 	var ids []string
 	for _, d := range f.plugin.Devices() {
@@ -194,12 +193,12 @@ func benchScrape(b *testing.B, ttl time.Duration) {
 	podresourcesapi.RegisterPodResourcesListerServer(srv, &fakePodResources{resp: resp})
 	go func() { _ = srv.Serve(l) }()
 	b.Cleanup(srv.Stop)
-	pr, err := metrics.NewPodResources(sock, ttl, nil)
+	pr, err := gpumetrics.NewPodResources(sock, ttl, nil)
 	if err != nil {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { pr.Close() })
-	h, err := metrics.Handler(&metrics.Collector{Sampler: m, Devices: devs, Hostname: "bench", Owners: pr, Log: quietLog()})
+	h, err := gpumetrics.Handler(&gpumetrics.Collector{Sampler: m, Devices: devs, Hostname: "bench", Owners: pr, Log: quietLog()})
 	if err != nil {
 		b.Fatal(err)
 	}

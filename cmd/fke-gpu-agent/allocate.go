@@ -6,11 +6,10 @@ import (
 	"fmt"
 	"io"
 
-	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
-
-	"fke.dev/fke/internal/gpu/config"
+	gpuconfig "fke.dev/fke/internal/gpu/config"
 	"fke.dev/fke/internal/gpu/deviceplugin"
 	"fke.dev/fke/internal/gpu/driver"
+	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 )
 
 // allocation is what `allocate` prints: the devices chosen and the answer
@@ -25,7 +24,7 @@ type allocation struct {
 // answer for one container given count devices of the first resource
 // (nvidia.com/gpu unless MIG or sharing rename it), chosen by the
 // configured policy. hack/gpu-check.sh builds an OCI bundle from it.
-func printAllocation(ctx context.Context, w io.Writer, cfg config.Config, count int) error {
+func printAllocation(ctx context.Context, w io.Writer, cfg gpuconfig.Config, count int) error {
 	if count < 1 {
 		return fmt.Errorf("--count %d: must be at least 1", count)
 	}

@@ -3,13 +3,12 @@ package main
 import (
 	"context"
 	"encoding/json"
+	gpuconfig "fke.dev/fke/internal/gpu/config"
+	"fke.dev/fke/internal/gpu/hostlib"
+	"fke.dev/fke/internal/gpu/nvml"
 	"fmt"
 	"io"
 	"text/tabwriter"
-
-	"fke.dev/fke/internal/gpu/config"
-	"fke.dev/fke/internal/gpu/hostlib"
-	"fke.dev/fke/internal/gpu/nvml"
 )
 
 type infoDoc struct {
@@ -18,7 +17,7 @@ type infoDoc struct {
 	Devices []nvml.Device `json:"devices"`
 }
 
-func printInfo(ctx context.Context, w io.Writer, cfg config.Config, output string) error {
+func printInfo(ctx context.Context, w io.Writer, cfg gpuconfig.Config, output string) error {
 	if output != "json" && output != "table" {
 		return fmt.Errorf("-o %q: must be json or table", output)
 	}
@@ -57,7 +56,7 @@ func printInfo(ctx context.Context, w io.Writer, cfg config.Config, output strin
 
 // discover opens the configured NVML backend and reads the system and its
 // GPUs. The caller closes lib.
-func discover(ctx context.Context, cfg config.Config) (lib nvml.Interface, sys nvml.System, devs []nvml.Device, err error) {
+func discover(ctx context.Context, cfg gpuconfig.Config) (lib nvml.Interface, sys nvml.System, devs []nvml.Device, err error) {
 	mig, err := mockMIG(cfg)
 	if err != nil {
 		return nil, sys, nil, err

@@ -13,9 +13,8 @@ import (
 	"strings"
 	"syscall"
 
+	gpuconfig "fke.dev/fke/internal/gpu/config"
 	"github.com/spf13/cobra"
-
-	"fke.dev/fke/internal/gpu/config"
 )
 
 type options struct {
@@ -39,7 +38,7 @@ func main() {
 
 func newRootCommand() *cobra.Command {
 	o := &options{}
-	cfg := config.Default()
+	cfg := gpuconfig.Default()
 	root := &cobra.Command{
 		Use:           "fke-gpu-agent",
 		Short:         "GPU node agent: device plugin, labels, health and metrics",
@@ -105,10 +104,10 @@ func newRootCommand() *cobra.Command {
 
 // resolveConfig loads the config file (if any) and applies the flags the
 // user set explicitly on top of it.
-func resolveConfig(cmd *cobra.Command, o *options, flagged config.Config) (config.Config, error) {
+func resolveConfig(cmd *cobra.Command, o *options, flagged gpuconfig.Config) (gpuconfig.Config, error) {
 	cfg := flagged
 	if o.configFile != "" {
-		fileCfg, err := config.Load(o.configFile)
+		fileCfg, err := gpuconfig.Load(o.configFile)
 		if err != nil {
 			return cfg, err
 		}
@@ -169,7 +168,7 @@ func newLogger(o *options) (*slog.Logger, error) {
 }
 
 // mockMIG converts the config's "index" → profiles map.
-func mockMIG(cfg config.Config) (map[int][]string, error) {
+func mockMIG(cfg gpuconfig.Config) (map[int][]string, error) {
 	out := map[int][]string{}
 	for k, v := range cfg.Mock.MIG {
 		i, err := strconv.Atoi(k)

@@ -3,10 +3,9 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	gpuconfig "fke.dev/fke/internal/gpu/config"
 	"strings"
 	"testing"
-
-	"fke.dev/fke/internal/gpu/config"
 )
 
 func execute(t *testing.T, args ...string) (string, error) {
@@ -86,16 +85,16 @@ func TestFlagsOverrideConfigFile(t *testing.T) {
 		t.Fatal(err)
 	}
 	o := &options{configFile: "testdata/config.yaml", nodeAPI: false}
-	flagged := config.Default()
-	flagged.DevicePlugin.AllocationPolicy = config.AllocationPacked
+	flagged := gpuconfig.Default()
+	flagged.DevicePlugin.AllocationPolicy = gpuconfig.AllocationPacked
 	cfg, err := resolveConfig(cmd, o, flagged)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cfg.DevicePlugin.AllocationPolicy != config.AllocationPacked {
+	if cfg.DevicePlugin.AllocationPolicy != gpuconfig.AllocationPacked {
 		t.Errorf("flag not applied: %s", cfg.DevicePlugin.AllocationPolicy)
 	}
-	if cfg.DevicePlugin.DeviceListStrategy != config.DeviceListCDI || cfg.MIGStrategy != config.MIGStrategyMixed || cfg.Sharing.TimeSlicing.Resources[0].Replicas != 4 {
+	if cfg.DevicePlugin.DeviceListStrategy != gpuconfig.DeviceListCDI || cfg.MIGStrategy != gpuconfig.MIGStrategyMixed || cfg.Sharing.TimeSlicing.Resources[0].Replicas != 4 {
 		t.Errorf("file values lost: %+v", cfg)
 	}
 	if cfg.Labels.Enabled {

@@ -7,26 +7,25 @@ import (
 	"net"
 	"time"
 
+	gpuconfig "fke.dev/fke/internal/gpu/config"
+	"fke.dev/fke/internal/gpu/deviceplugin"
+	"fke.dev/fke/internal/gpu/driver"
+	"fke.dev/fke/internal/gpu/health"
+	"fke.dev/fke/internal/gpu/labels"
+	gpumetrics "fke.dev/fke/internal/gpu/metrics"
+	gpunode "fke.dev/fke/internal/gpu/node"
+	"fke.dev/fke/internal/gpu/nvml"
 	"github.com/spf13/cobra"
 	"golang.org/x/sync/errgroup"
 	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
-
-	"fke.dev/fke/internal/gpu/config"
-	"fke.dev/fke/internal/gpu/deviceplugin"
-	"fke.dev/fke/internal/gpu/driver"
-	"fke.dev/fke/internal/gpu/health"
-	"fke.dev/fke/internal/gpu/labels"
-	"fke.dev/fke/internal/gpu/metrics"
-	"fke.dev/fke/internal/gpu/node"
-	"fke.dev/fke/internal/gpu/nvml"
 )
 
 // The Node status is what the device plugin checks its allocatable against.
-var _ deviceplugin.AllocatableSource = node.Allocatable{}
+var _ deviceplugin.AllocatableSource = gpunode.Allocatable{}
 
-func runAgent(cmd *cobra.Command, o *options, flagged *config.Config) error {
+func runAgent(cmd *cobra.Command, o *options, flagged *gpuconfig.Config) error {
 	log, err := newLogger(o)
 	if err != nil {
 		return err
@@ -47,7 +46,7 @@ func runAgent(cmd *cobra.Command, o *options, flagged *config.Config) error {
 	}
 	log.Info("GPUs discovered", "backend", cfg.Backend, "count", len(devs), "driver", sys.DriverVersion, "node", cfg.NodeName)
 
-	var api node.API
+	var api gpunode.API
 	if o.nodeAPI {
 		rc, err := restConfig(o.kubeconfig)
 		if err != nil {
@@ -57,17 +56,17 @@ func runAgent(cmd *cobra.Command, o *options, flagged *config.Config) error {
 		if err != nil {
 			return fmt.Errorf("building core/v1 client: %w", err)
 		}
-		api = node.FromCoreV1(core)
+		api = gpunode.FromCoreV1(core)
 	}
 
 	g, ctx := errgroup.WithContext(ctx)
 
 	var src deviceplugin.HealthSource = deviceplugin.AlwaysHealthy{}
-	var xids metrics.XIDSource
+	var xids gpumetrics.XIDSource
 	if !cfg.Health.Disabled {
 		var reporter health.Reporter = health.LogReporter{Log: log}
 		if api != nil {
-			reporter = &node.Reporter{API: api, Node: cfg.NodeName}
+			reporter = &gpunode.Reporter{API: api, Node: cfg.NodeName}
 		}
 		mon := health.NewMonitor(lib, uuids, health.Options{
 			Policy:        health.DefaultPolicy().WithIgnored(cfg.Health.IgnoredXIDs...),
@@ -89,7 +88,7 @@ func runAgent(cmd *cobra.Command, o *options, flagged *config.Config) error {
 		}
 	}
 	log.Info("driver files", "simulated", drv.Simulated(), "controlNodes", len(drv.Control), "libraries", len(drv.Libraries), "tools", len(drv.Tools))
-	if cfg.DevicePlugin.Enabled && cfg.DevicePlugin.DeviceListStrategy == config.DeviceListCDI {
+	if cfg.DevicePlugin.Enabled && cfg.DevicePlugin.DeviceListStrategy == gpuconfig.DeviceListCDI {
 		spec, err := drv.CDISpec()
 		if err != nil {
 			return err
@@ -113,7 +112,7 @@ func runAgent(cmd *cobra.Command, o *options, flagged *config.Config) error {
 			Log:      log.With("component", "deviceplugin"),
 		}
 		if api != nil {
-			mo.SelfCheck = node.Allocatable{API: api, Node: cfg.NodeName}
+			mo.SelfCheck = gpunode.Allocatable{API: api, Node: cfg.NodeName}
 			mo.SelfCheckInterval = cfg.DevicePlugin.SelfCheckInterval.Duration
 		}
 		mgr, err := deviceplugin.NewManager(res, deviceplugin.TopologyOf(devs), mo)
@@ -130,16 +129,16 @@ func runAgent(cmd *cobra.Command, o *options, flagged *config.Config) error {
 	}
 
 	if cfg.Metrics.Address != "" {
-		c := &metrics.Collector{Sampler: lib, Devices: devs, Hostname: cfg.NodeName, XIDs: xids, Log: log.With("component", "metrics")}
+		c := &gpumetrics.Collector{Sampler: lib, Devices: devs, Hostname: cfg.NodeName, XIDs: xids, Log: log.With("component", "metrics")}
 		if cfg.Metrics.PodResourcesSocket != "" {
-			pr, err := metrics.NewPodResources(cfg.Metrics.PodResourcesSocket, cfg.Metrics.PodResourcesTTL.Duration, nil)
+			pr, err := gpumetrics.NewPodResources(cfg.Metrics.PodResourcesSocket, cfg.Metrics.PodResourcesTTL.Duration, nil)
 			if err != nil {
 				return err
 			}
 			defer pr.Close()
 			c.Owners = pr
 		}
-		h, err := metrics.Handler(c)
+		h, err := gpumetrics.Handler(c)
 		if err != nil {
 			return err
 		}
@@ -147,7 +146,7 @@ func runAgent(cmd *cobra.Command, o *options, flagged *config.Config) error {
 			h = nvml.MockControl(m, h) // simulated GPUs: XIDs and lost GPUs on request
 		}
 		g.Go(func() error {
-			return metrics.Serve(ctx, cfg.Metrics.Address, h, func(a net.Addr) {
+			return gpumetrics.Serve(ctx, cfg.Metrics.Address, h, func(a net.Addr) {
 				log.Info("metrics serving", "address", a.String())
 			})
 		})

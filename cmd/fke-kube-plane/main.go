@@ -50,7 +50,7 @@ import (
 	genericapiserver "k8s.io/apiserver/pkg/server"
 	utilfeature "k8s.io/apiserver/pkg/util/feature"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/cache"
+	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/clientcmd"
 	cliflag "k8s.io/component-base/cli/flag"
 	"k8s.io/component-base/logs"
@@ -228,7 +228,7 @@ func run(args map[string][]string) error {
 func runAPIServer(ctx context.Context, opts apiserveroptions.CompletedOptions, seed *seeder, stopped chan<- error) error {
 	klog.InfoS("Version", "version", version.Get())
 	if opts.InformerName == nil {
-		name, err := cache.NewInformerName(apiServer)
+		name, err := toolscache.NewInformerName(apiServer)
 		if err != nil {
 			return err
 		}

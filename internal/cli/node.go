@@ -26,7 +26,7 @@ import (
 	"fke.dev/fke/internal/manager"
 	"fke.dev/fke/internal/nodejoin"
 	"fke.dev/fke/internal/nodeprovider"
-	"fke.dev/fke/internal/nodeprovider/local"
+	localnodes "fke.dev/fke/internal/nodeprovider/local"
 )
 
 // newDoctorCmd checks what local nodes need on this host.
@@ -36,7 +36,7 @@ func newDoctorCmd(g *globals) *cobra.Command {
 		Short: "Check that this host can run local nodes (root, containerd, runc, CNI plugins, iptables, ...)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			checks := local.Checks(cmd.Context(), g.finder(), hostnet.New(nil, nil))
+			checks := localnodes.Checks(cmd.Context(), g.finder(), hostnet.New(nil, nil))
 			tw := tabwriter.NewWriter(g.out, 0, 4, 2, ' ', 0)
 			fmt.Fprintln(tw, "CHECK\tRESULT\tFIX")
 			for _, c := range checks {
@@ -49,7 +49,7 @@ func newDoctorCmd(g *globals) *cobra.Command {
 			if err := tw.Flush(); err != nil {
 				return err
 			}
-			if failed := local.Failed(checks); len(failed) > 0 {
+			if failed := localnodes.Failed(checks); len(failed) > 0 {
 				return fmt.Errorf("%d of %d checks failed: node pools with --provider local cannot run here until they are fixed", len(failed), len(checks))
 			}
 			fmt.Fprintln(g.out, "this host can run local nodes (--provider local)")
@@ -65,7 +65,7 @@ func removeLocalNodes(ctx context.Context, g *globals) error {
 	if _, err := os.Stat(filepath.Join(g.dataDir, "nodes")); errors.Is(err, os.ErrNotExist) {
 		return nil
 	}
-	p, err := local.New(local.Options{DataDir: g.dataDir, Binaries: g.finder()})
+	p, err := localnodes.New(localnodes.Options{DataDir: g.dataDir, Binaries: g.finder()})
 	if err != nil {
 		return err
 	}
@@ -196,7 +196,7 @@ ends the join with the reason, as does a node that fails to start.`,
 				return fmt.Errorf("node %s cannot join %s: %w", name, bf.Cluster, err)
 			}
 			host := hostnet.New(nil, nil)
-			if err := local.Unavailable(local.Checks(cmd.Context(), g.finder(), host)); err != nil {
+			if err := localnodes.Unavailable(localnodes.Checks(cmd.Context(), g.finder(), host)); err != nil {
 				return fmt.Errorf("this host cannot run a node (see `fke doctor`): %w", err)
 			}
 			return joinNode(cmd.Context(), g, bf, kubelet, name, host)
@@ -235,7 +235,7 @@ const joinStatePoll = 2 * time.Second
 // registry and pulls its sandbox image there, as local nodes of the
 // manager do. kubelet is the kubelet's bootstrap kubeconfig.
 func joinNode(ctx context.Context, g *globals, bf nodejoin.BootstrapFile, kubelet []byte, name string, host *hostnet.Host) error {
-	p, err := local.New(joinOptions(g, bf, host, os.Getenv))
+	p, err := localnodes.New(joinOptions(g, bf, host, os.Getenv))
 	if err != nil {
 		return err
 	}
@@ -269,7 +269,7 @@ func joinNode(ctx context.Context, g *globals, bf nodejoin.BootstrapFile, kubele
 
 // waitNodeFailure returns nil when ctx ends, or why the node providerID
 // failed (a process that keeps exiting, a start that failed).
-func waitNodeFailure(ctx context.Context, p *local.Provider, pc nodeprovider.Cluster, providerID string) error {
+func waitNodeFailure(ctx context.Context, p *localnodes.Provider, pc nodeprovider.Cluster, providerID string) error {
 	tick := time.NewTicker(joinStatePoll)
 	defer tick.Stop()
 	for {
@@ -288,8 +288,8 @@ func waitNodeFailure(ctx context.Context, p *local.Provider, pc nodeprovider.Clu
 // joinOptions configure the local provider of a joined host: the bootstrap
 // file's registry (trusted, mirrored, the sandbox image's source unless
 // $FKE_NODE_PAUSE_IMAGE names another) and the images of $FKE_NODE_IMAGES.
-func joinOptions(g *globals, bf nodejoin.BootstrapFile, host *hostnet.Host, getenv func(string) string) local.Options {
-	return local.Options{
+func joinOptions(g *globals, bf nodejoin.BootstrapFile, host *hostnet.Host, getenv func(string) string) localnodes.Options {
+	return localnodes.Options{
 		DataDir: g.dataDir, Binaries: g.finder(), Host: host, Logger: newLogger(g.errOut),
 		PauseImage: getenv(manager.EnvNodePauseImage), Registry: bf.Registry, Images: splitList(getenv(manager.EnvNodeImages)),
 	}

@@ -16,7 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	appslisters "k8s.io/client-go/listers/apps/v1"
 	corelisters "k8s.io/client-go/listers/core/v1"
-	"k8s.io/client-go/tools/cache"
+	toolscache "k8s.io/client-go/tools/cache"
 	clocktesting "k8s.io/utils/clock/testing"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/custom-metrics-apiserver/pkg/provider"
@@ -28,8 +28,8 @@ type fakeScraped map[PodKey]Values
 
 func (f fakeScraped) Pods() (map[PodKey]Values, time.Time) { return f, time.Unix(100, 0) }
 
-func indexer(objs ...any) cache.Indexer {
-	idx := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
+func indexer(objs ...any) toolscache.Indexer {
+	idx := toolscache.NewIndexer(toolscache.MetaNamespaceKeyFunc, toolscache.Indexers{toolscache.NamespaceIndex: toolscache.MetaNamespaceIndexFunc})
 	for _, o := range objs {
 		if err := idx.Add(o); err != nil {
 			panic(err)

@@ -3,9 +3,13 @@ package layers
 import (
 	"encoding/json"
 	"errors"
+	"go/parser"
+	"go/token"
 	"io"
+	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -74,5 +78,51 @@ func TestImportDirection(t *testing.T) {
 	}
 	if n < 50 {
 		t.Fatalf("go list reported %d packages; the module has more", n)
+	}
+}
+
+// TestOneNamePerImport: a package is imported under one name everywhere
+// (always its own, or always the same alias), so that a reader meets one
+// name for it, as golangci-lint's importas would keep it.
+func TestOneNamePerImport(t *testing.T) {
+	names := map[string]map[string]string{} // path -> name -> a file using it
+	root := filepath.Join("..", "..")
+	err := filepath.WalkDir(root, func(p string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() && p != root && (strings.HasPrefix(d.Name(), ".") || strings.HasPrefix(d.Name(), "_") || d.Name() == "testdata") {
+			return filepath.SkipDir
+		}
+		if d.IsDir() || !strings.HasSuffix(p, ".go") || strings.HasPrefix(d.Name(), "zz_generated") {
+			return nil // generated code names imports its own way
+		}
+		f, err := parser.ParseFile(token.NewFileSet(), p, nil, parser.ImportsOnly)
+		if err != nil {
+			return err
+		}
+		for _, im := range f.Imports {
+			path, _ := strconv.Unquote(im.Path.Value)
+			name := "(its own name)"
+			if im.Name != nil {
+				if im.Name.Name == "_" || im.Name.Name == "." {
+					continue
+				}
+				name = im.Name.Name
+			}
+			if names[path] == nil {
+				names[path] = map[string]string{}
+			}
+			names[path][name] = p
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for path, byName := range names {
+		if len(byName) > 1 {
+			t.Errorf("%s is imported under %d names: %v (one name everywhere)", path, len(byName), byName)
+		}
 	}
 }

@@ -3,12 +3,7 @@ package e2e
 import (
 	"context"
 	"fmt"
-	"strings"
-	"sync"
-	"testing"
-	"time"
-
-	admissionv1 "k8s.io/api/admissionregistration/v1"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -18,6 +13,10 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"strings"
+	"sync"
+	"testing"
+	"time"
 
 	fkev1 "fke.dev/fke/api/v1alpha1"
 	"fke.dev/fke/internal/nodeprovider/kwok"
@@ -136,18 +135,18 @@ func holdGarbageCollectorPodDeletes(t *testing.T, cfg *rest.Config, cs kubernete
 	if _, err := cs.CoreV1().ConfigMaps("default").Create(ctx, param, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	policy := &admissionv1.ValidatingAdmissionPolicy{
+	policy := &admissionregistrationv1.ValidatingAdmissionPolicy{
 		ObjectMeta: metav1.ObjectMeta{Name: "hold-gc"},
-		Spec: admissionv1.ValidatingAdmissionPolicySpec{
-			FailurePolicy: ptr.To(admissionv1.Fail),
-			ParamKind:     &admissionv1.ParamKind{APIVersion: "v1", Kind: "ConfigMap"},
-			MatchConstraints: &admissionv1.MatchResources{ResourceRules: []admissionv1.NamedRuleWithOperations{{
-				RuleWithOperations: admissionv1.RuleWithOperations{
-					Operations: []admissionv1.OperationType{admissionv1.Delete},
-					Rule:       admissionv1.Rule{APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"pods"}},
+		Spec: admissionregistrationv1.ValidatingAdmissionPolicySpec{
+			FailurePolicy: ptr.To(admissionregistrationv1.Fail),
+			ParamKind:     &admissionregistrationv1.ParamKind{APIVersion: "v1", Kind: "ConfigMap"},
+			MatchConstraints: &admissionregistrationv1.MatchResources{ResourceRules: []admissionregistrationv1.NamedRuleWithOperations{{
+				RuleWithOperations: admissionregistrationv1.RuleWithOperations{
+					Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Delete},
+					Rule:       admissionregistrationv1.Rule{APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"pods"}},
 				},
 			}}},
-			Validations: []admissionv1.Validation{{
+			Validations: []admissionregistrationv1.Validation{{
 				Expression: fmt.Sprintf("request.userInfo.username != %q", gcUser),
 				Message:    "the test holds the garbage collector's pod deletes",
 			}},
@@ -156,12 +155,12 @@ func holdGarbageCollectorPodDeletes(t *testing.T, cfg *rest.Config, cs kubernete
 	if _, err := cs.AdmissionregistrationV1().ValidatingAdmissionPolicies().Create(ctx, policy, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	binding := &admissionv1.ValidatingAdmissionPolicyBinding{
+	binding := &admissionregistrationv1.ValidatingAdmissionPolicyBinding{
 		ObjectMeta: metav1.ObjectMeta{Name: "hold-gc"},
-		Spec: admissionv1.ValidatingAdmissionPolicyBindingSpec{
+		Spec: admissionregistrationv1.ValidatingAdmissionPolicyBindingSpec{
 			PolicyName:        "hold-gc",
-			ParamRef:          &admissionv1.ParamRef{Name: "hold-gc", Namespace: "default", ParameterNotFoundAction: ptr.To(admissionv1.AllowAction)},
-			ValidationActions: []admissionv1.ValidationAction{admissionv1.Deny},
+			ParamRef:          &admissionregistrationv1.ParamRef{Name: "hold-gc", Namespace: "default", ParameterNotFoundAction: ptr.To(admissionregistrationv1.AllowAction)},
+			ValidationActions: []admissionregistrationv1.ValidationAction{admissionregistrationv1.Deny},
 		},
 	}
 	if _, err := cs.AdmissionregistrationV1().ValidatingAdmissionPolicyBindings().Create(ctx, binding, metav1.CreateOptions{}); err != nil {

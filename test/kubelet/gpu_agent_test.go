@@ -14,6 +14,13 @@ import (
 	"testing"
 	"time"
 
+	gpuconfig "fke.dev/fke/internal/gpu/config"
+	"fke.dev/fke/internal/gpu/deviceplugin"
+	"fke.dev/fke/internal/gpu/health"
+	gpumetrics "fke.dev/fke/internal/gpu/metrics"
+	gpunode "fke.dev/fke/internal/gpu/node"
+	"fke.dev/fke/internal/gpu/nvml"
+	"fke.dev/fke/test/testenv"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	corev1 "k8s.io/api/core/v1"
@@ -23,14 +30,6 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	podresourcesapi "k8s.io/kubelet/pkg/apis/podresources/v1"
-
-	"fke.dev/fke/internal/gpu/config"
-	"fke.dev/fke/internal/gpu/deviceplugin"
-	"fke.dev/fke/internal/gpu/health"
-	"fke.dev/fke/internal/gpu/metrics"
-	gpunode "fke.dev/fke/internal/gpu/node"
-	"fke.dev/fke/internal/gpu/nvml"
-	"fke.dev/fke/test/testenv"
 )
 
 const gpu = corev1.ResourceName(deviceplugin.GPUResource)
@@ -236,7 +235,7 @@ func startAgent(t *testing.T, n *node, cs kubernetes.Interface, nodeName string)
 		Reporter:      &gpunode.Reporter{API: api, Node: nodeName},
 		Log:           log.With("component", "health"),
 	})
-	res, err := deviceplugin.BuildResources(devs, config.MIGStrategyNone, nil)
+	res, err := deviceplugin.BuildResources(devs, gpuconfig.MIGStrategyNone, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -245,7 +244,7 @@ func startAgent(t *testing.T, n *node, cs kubernetes.Interface, nodeName string)
 		Health:            a.monitor,
 		Log:               log.With("component", "deviceplugin"),
 		SelfCheck:         gpunode.Allocatable{API: api, Node: nodeName},
-		SelfCheckInterval: config.Default().DevicePlugin.SelfCheckInterval.Duration,
+		SelfCheckInterval: gpuconfig.Default().DevicePlugin.SelfCheckInterval.Duration,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -375,7 +374,7 @@ func podResourcesAllocatable(ctx context.Context, socket string) int {
 // podGPUs returns, sorted, the GPU UUIDs the kubelet assigned to the pod,
 // read through the agent's own pod-resources client (internal/gpu/metrics).
 func podGPUs(ctx context.Context, socket, pod string) ([]string, error) {
-	pr, err := metrics.NewPodResources(socket, 0, nil)
+	pr, err := gpumetrics.NewPodResources(socket, 0, nil)
 	if err != nil {
 		return nil, err
 	}

@@ -23,7 +23,7 @@ import (
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
 	"fke.dev/fke/internal/binaries"
-	"fke.dev/fke/internal/nodeprovider/local"
+	localnodes "fke.dev/fke/internal/nodeprovider/local"
 	"fke.dev/fke/internal/supervisor"
 	"fke.dev/fke/test/testenv"
 )
@@ -375,7 +375,7 @@ func (n *node) cleanup() {
 func unmountUnder(dir string) error {
 	var errs []error
 	for range 3 { // stacked mounts at one point need several passes
-		points, err := local.MountsUnder(dir)
+		points, err := localnodes.MountsUnder(dir)
 		if err != nil {
 			return err
 		}
@@ -391,7 +391,7 @@ func unmountUnder(dir string) error {
 			}
 		}
 	}
-	if points, err := local.MountsUnder(dir); err == nil && len(points) > 0 {
+	if points, err := localnodes.MountsUnder(dir); err == nil && len(points) > 0 {
 		errs = append(errs, fmt.Errorf("still mounted: %v", points))
 	}
 	return errors.Join(errs...)

@@ -13,7 +13,7 @@ import (
 	"fke.dev/fke/internal/binaries"
 	"fke.dev/fke/internal/nodejoin"
 	"fke.dev/fke/internal/nodeprovider"
-	"fke.dev/fke/internal/nodeprovider/local"
+	localnodes "fke.dev/fke/internal/nodeprovider/local"
 	"fke.dev/fke/internal/nodeprovider/providertest"
 	"fke.dev/fke/internal/pki"
 	"fke.dev/fke/test/testenv"
@@ -35,7 +35,7 @@ func TestProviderContract(t *testing.T) {
 		t.Fatal(err)
 	}
 	providertest.Run(t, func(t *testing.T) (nodeprovider.Provider, nodeprovider.Cluster, nodeprovider.Cluster) {
-		p, err := local.New(local.Options{
+		p, err := localnodes.New(localnodes.Options{
 			DataDir: t.TempDir(), Binaries: binaries.Finder{Dir: e.BinDir},
 			Logger:     slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn})),
 			PauseImage: pauseImage, Images: images,

@@ -22,7 +22,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/kubernetes/scheme"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/portforward"
 	"k8s.io/client-go/tools/remotecommand"
@@ -32,7 +32,7 @@ import (
 	fkev1 "fke.dev/fke/api/v1alpha1"
 	"fke.dev/fke/internal/controller/machine"
 	"fke.dev/fke/internal/hostnet"
-	"fke.dev/fke/internal/nodeprovider/local"
+	localnodes "fke.dev/fke/internal/nodeprovider/local"
 	"fke.dev/fke/internal/nodeutil"
 	"fke.dev/fke/internal/versions"
 	"fke.dev/fke/test/testenv"
@@ -102,7 +102,7 @@ func (s *syncBuffer) String() string {
 // after the attach.
 func testAttach(t *testing.T, cfg *rest.Config, cs kubernetes.Interface, pod, podIP string) {
 	req := cs.CoreV1().RESTClient().Post().Resource("pods").Namespace("default").Name(pod).SubResource("attach").
-		VersionedParams(&corev1.PodAttachOptions{Container: "app", Stdout: true, Stderr: true}, scheme.ParameterCodec)
+		VersionedParams(&corev1.PodAttachOptions{Container: "app", Stdout: true, Stderr: true}, clientgoscheme.ParameterCodec)
 	ex, err := remotecommand.NewSPDYExecutor(cfg, http.MethodPost, req.URL())
 	if err != nil {
 		t.Fatal(err)
@@ -365,10 +365,10 @@ func nodeGone(t *testing.T, e *testenv.Env, other *fkev1.Cluster, node corev1.No
 		if err != nil {
 			return err
 		}
-		if _, err := os.Stat(filepath.Join(local.MountNSDir, netns)); err == nil {
+		if _, err := os.Stat(filepath.Join(localnodes.MountNSDir, netns)); err == nil {
 			left = append(left, "mount namespace file")
 		}
-		if mounts, _ := local.MountsUnder(filepath.Join(e.DataDir, "nodes", "default", "other")); len(mounts) > 0 {
+		if mounts, _ := localnodes.MountsUnder(filepath.Join(e.DataDir, "nodes", "default", "other")); len(mounts) > 0 {
 			left = append(left, fmt.Sprintf("mounts %v", mounts))
 		}
 		if _, err := os.Stat(filepath.Join(e.DataDir, "nodes", "default", "other", node.Name)); err == nil {

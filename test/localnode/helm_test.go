@@ -19,7 +19,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
-	apiextensionsclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
+	apiextclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
@@ -139,7 +139,7 @@ func TestHelmChart(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		ax, err := apiextensionsclient.NewForConfig(e.TenantConfig("mgmt"))
+		ax, err := apiextclient.NewForConfig(e.TenantConfig("mgmt"))
 		if err != nil {
 			t.Fatal(err)
 		}

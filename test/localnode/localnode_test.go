@@ -26,7 +26,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/kubernetes/scheme"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/client-go/tools/remotecommand"
 
@@ -36,7 +36,7 @@ import (
 	"fke.dev/fke/internal/hostnet"
 	"fke.dev/fke/internal/image"
 	"fke.dev/fke/internal/manager"
-	"fke.dev/fke/internal/nodeprovider/local"
+	localnodes "fke.dev/fke/internal/nodeprovider/local"
 	"fke.dev/fke/internal/nodeutil"
 	"fke.dev/fke/test/testenv"
 )
@@ -47,8 +47,8 @@ func TestMain(m *testing.M) { testenv.Main(m) }
 // cannot run local nodes.
 func requireNodeTools(t *testing.T) {
 	t.Helper()
-	checks := local.Checks(t.Context(), binaries.Finder{Dir: testenv.BinDir(t)}, hostnet.New(nil, nil))
-	if err := local.Unavailable(checks); err != nil {
+	checks := localnodes.Checks(t.Context(), binaries.Finder{Dir: testenv.BinDir(t)}, hostnet.New(nil, nil))
+	if err := localnodes.Unavailable(checks); err != nil {
 		if os.Getenv("CI") != "" {
 			t.Fatalf("local nodes cannot run here: %v", err)
 		}
@@ -92,7 +92,7 @@ func TestLocalNodes(t *testing.T) {
 	t.Logf("FIGURE pool create -> 2 nodes Ready: %s", time.Since(start).Round(10*time.Millisecond))
 	a, b := nodes[0], nodes[1]
 	for _, n := range nodes {
-		if n.Spec.PodCIDR == "" || !strings.HasPrefix(n.Spec.ProviderID, local.ProviderIDPrefix) || n.Labels["fke.dev/nodepool"] == "" {
+		if n.Spec.PodCIDR == "" || !strings.HasPrefix(n.Spec.ProviderID, localnodes.ProviderIDPrefix) || n.Labels["fke.dev/nodepool"] == "" {
 			t.Errorf("node %s: podCIDR %q, providerID %q, labels %v", n.Name, n.Spec.PodCIDR, n.Spec.ProviderID, n.Labels)
 		}
 		if cpu := n.Status.Allocatable[corev1.ResourceCPU]; cpu.String() != "2" {
@@ -433,7 +433,7 @@ func TestLocalNodes(t *testing.T) {
 			if err != nil {
 				return err
 			}
-			if _, err := os.Stat(filepath.Join(local.MountNSDir, netns)); err == nil {
+			if _, err := os.Stat(filepath.Join(localnodes.MountNSDir, netns)); err == nil {
 				left = append(left, "mount namespace file")
 			}
 			if _, err := os.Stat(filepath.Join(e.DataDir, "nodes", "default", "demo", gone.Name)); err == nil {
@@ -597,7 +597,7 @@ func podLogs(t *testing.T, cs kubernetes.Interface, name string) string {
 func execIn(t *testing.T, e *testenv.Env, cs kubernetes.Interface, pod string, cmd ...string) string {
 	t.Helper()
 	req := cs.CoreV1().RESTClient().Post().Resource("pods").Namespace("default").Name(pod).SubResource("exec").
-		VersionedParams(&corev1.PodExecOptions{Container: "app", Command: cmd, Stdout: true, Stderr: true}, scheme.ParameterCodec)
+		VersionedParams(&corev1.PodExecOptions{Container: "app", Command: cmd, Stdout: true, Stderr: true}, clientgoscheme.ParameterCodec)
 	ex, err := remotecommand.NewSPDYExecutor(e.TenantConfig("demo"), "POST", req.URL())
 	if err != nil {
 		t.Fatal(err)
@@ -683,7 +683,7 @@ func assertNoLeftovers(t *testing.T, dataDir string) {
 	if err != nil {
 		t.Error(err)
 	}
-	if mounts, _ := local.MountsUnder("/run/fke"); len(mounts) > 0 {
+	if mounts, _ := localnodes.MountsUnder("/run/fke"); len(mounts) > 0 {
 		left = append(left, fmt.Sprintf("mounts %v", mounts))
 	}
 	if cg, _ := filepath.Glob("/sys/fs/cgroup/*/fke/*"); len(cg) > 0 {

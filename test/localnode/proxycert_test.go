@@ -10,7 +10,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"fke.dev/fke/internal/bootstrap"
-	"fke.dev/fke/internal/nodeprovider/local"
+	localnodes "fke.dev/fke/internal/nodeprovider/local"
 )
 
 // checkProxyCertificate: the kube-proxy of the node in dir authenticates
@@ -19,7 +19,7 @@ import (
 // day at most, read from the node's files rather than handed to it.
 func checkProxyCertificate(t *testing.T, dir, node string) {
 	t.Helper()
-	l := local.Layout{Dir: dir}
+	l := localnodes.Layout{Dir: dir}
 	kc, err := clientcmd.LoadFromFile(l.ProxyKubeconfig())
 	if err != nil {
 		t.Fatal(err)

@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
-	apitypes "k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -35,8 +35,8 @@ type resizer struct {
 	clock clock.PassiveClock
 
 	mu    sync.Mutex
-	pools map[apitypes.NamespacedName]*resizeState
-	queue []apitypes.NamespacedName // pools with a size to write, oldest first
+	pools map[types.NamespacedName]*resizeState
+	queue []types.NamespacedName // pools with a size to write, oldest first
 	wake  chan struct{}
 }
 
@@ -54,7 +54,7 @@ type resizeState struct {
 }
 
 func newResizer(c client.Client, clk clock.PassiveClock) *resizer {
-	return &resizer{c: c, clock: clk, pools: map[apitypes.NamespacedName]*resizeState{}, wake: make(chan struct{}, 1)}
+	return &resizer{c: c, clock: clk, pools: map[types.NamespacedName]*resizeState{}, wake: make(chan struct{}, 1)}
 }
 
 // Desired returns the pool's desired size: the size last asked for it while

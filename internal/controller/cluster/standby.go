@@ -16,7 +16,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/log"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	fkev1 "fke.dev/fke/api/v1alpha1"
 	"fke.dev/fke/internal/clusterbackup"
@@ -188,7 +188,7 @@ func (r *Reconciler) claimStandby(ctx context.Context, cl *fkev1.Cluster) error 
 		s.Labels[LabelClaimedBy] = string(cl.UID)
 		if err := r.Client.Update(ctx, s); err != nil {
 			if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
-				log.FromContext(ctx).Info("standby plane taken by another claim; starting cold", "plane", p.ID)
+				ctrllog.FromContext(ctx).Info("standby plane taken by another claim; starting cold", "plane", p.ID)
 				return nil
 			}
 			return fmt.Errorf("claiming standby plane %s: %w", p.ID, err)
@@ -290,7 +290,7 @@ type standbyJanitor interface {
 // it (with leader election); planes are children of the manager and stop
 // with it, and the next RunPool starts them again from their Secrets.
 func (r *Reconciler) RunPool(ctx context.Context) error {
-	lg := log.FromContext(ctx).WithName("warm-pool")
+	lg := ctrllog.FromContext(ctx).WithName("warm-pool")
 	interval := r.Warm.Interval
 	if interval <= 0 {
 		interval = 2 * time.Second
@@ -420,7 +420,7 @@ func (r *Reconciler) removePlane(ctx context.Context, s *corev1.Secret) error {
 	r.cidrMu.Lock()
 	delete(r.picked, standbyKey(id))
 	r.cidrMu.Unlock()
-	log.FromContext(ctx).Info("standby plane removed", "plane", id)
+	ctrllog.FromContext(ctx).Info("standby plane removed", "plane", id)
 	return nil
 }
 
@@ -446,7 +446,7 @@ func (r *Reconciler) pruneStandbyData(ctx context.Context, byID map[string]*core
 			continue
 		}
 		errs = append(errs, r.local().Delete(ctx, key))
-		log.FromContext(ctx).Info("removed standby data no plane describes", "plane", id)
+		ctrllog.FromContext(ctx).Info("removed standby data no plane describes", "plane", id)
 	}
 	return errors.Join(errs...)
 }
@@ -504,7 +504,7 @@ func (r *Reconciler) startPlane(ctx context.Context) (*corev1.Secret, error) {
 	if _, err := r.local().Ensure(ctx, spec); err != nil {
 		return s, fmt.Errorf("starting standby plane %s: %w", id, err)
 	}
-	log.FromContext(ctx).Info("standby plane starting", "plane", id, "apiServerPort", ports.APIServer, "podCIDR", podCIDR.String())
+	ctrllog.FromContext(ctx).Info("standby plane starting", "plane", id, "apiServerPort", ports.APIServer, "podCIDR", podCIDR.String())
 	return s, nil
 }
 

@@ -29,7 +29,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
-	"sigs.k8s.io/controller-runtime/pkg/log"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/source"
@@ -300,7 +300,7 @@ func (r *Reconciler) finalize(ctx context.Context, np *fkev1.NodePool, machines 
 		// Best effort: a deleted cluster takes the agent with it.
 		if t, ok := r.Tenants.Connected(np.Namespace + "/" + np.Spec.ClusterName); ok {
 			if err := r.GPUAgents.Remove(ctx, t, np); err != nil {
-				log.FromContext(ctx).Info("removing the GPU agent", "pool", np.Name, "error", err.Error())
+				ctrllog.FromContext(ctx).Info("removing the GPU agent", "pool", np.Name, "error", err.Error())
 			}
 		}
 	}

@@ -14,7 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/log"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	fkev1 "fke.dev/fke/api/v1alpha1"
 )
@@ -320,7 +320,7 @@ func (r *Reconciler) repair(ctx context.Context, np *fkev1.NodePool, live []*fke
 		}
 		r.Recorder.Eventf(m, nil, corev1.EventTypeWarning, "Repairing", "Repair", "%s: replacing the node: %s", a.Verdict.Reason, a.Verdict.Message)
 		r.Recorder.Eventf(np, nil, corev1.EventTypeWarning, "Repairing", "Repair", "machine %s (node %s): %s: %s", m.Name, m.Status.NodeName, a.Verdict.Reason, a.Verdict.Message)
-		log.FromContext(ctx).Info("repairing machine", "machine", m.Name, "node", m.Status.NodeName, "reason", a.Verdict.Reason, "message", a.Verdict.Message)
+		ctrllog.FromContext(ctx).Info("repairing machine", "machine", m.Name, "node", m.Status.NodeName, "reason", a.Verdict.Reason, "message", a.Verdict.Message)
 		if err := r.Client.Delete(ctx, m); err != nil && !apierrors.IsNotFound(err) {
 			return 0, time.Time{}, fmt.Errorf("deleting unhealthy machine %s: %w", m.Name, err)
 		}

@@ -9,7 +9,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes/scheme"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
@@ -84,7 +84,7 @@ func TestAdmitStart(t *testing.T) {
 	c3 := tenant("t/c", nil)
 	old := tenant("t/old", nil)
 	aDep := apiServer("t/a", 0)
-	c := fake.NewClientBuilder().WithScheme(scheme.Scheme).
+	c := fake.NewClientBuilder().WithScheme(clientgoscheme.Scheme).
 		WithObjects(a, b, c3, old, aDep, apiServer("t/b", 0), apiServer("t/old", 2)).
 		WithStatusSubresource(&appsv1.Deployment{}).Build()
 	r, err := New(Options{Client: c, Registry: "registry.test/fke"})

@@ -8,7 +8,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes/scheme"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
@@ -48,7 +48,7 @@ func TestRestoreState(t *testing.T) {
 			if tt.apiServer {
 				objs = append(objs, &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: controlplane.APIServer}})
 			}
-			c := fake.NewClientBuilder().WithScheme(scheme.Scheme).WithObjects(objs...).Build()
+			c := fake.NewClientBuilder().WithScheme(clientgoscheme.Scheme).WithObjects(objs...).Build()
 			r, err := New(Options{Client: c, Registry: "registry.test/fke"})
 			if err != nil {
 				t.Fatal(err)
@@ -87,7 +87,7 @@ func TestStatusHidesEndpointWhileRestoring(t *testing.T) {
 		if pending {
 			nsObj.Annotations[AnnotationRestorePending] = "20261202T100000Z.db"
 		}
-		c := fake.NewClientBuilder().WithScheme(scheme.Scheme).WithObjects(nsObj, svc.DeepCopy()).Build()
+		c := fake.NewClientBuilder().WithScheme(clientgoscheme.Scheme).WithObjects(nsObj, svc.DeepCopy()).Build()
 		r, err := New(Options{Client: c, Registry: "registry.test/fke", EndpointHost: "172.29.0.5"})
 		if err != nil {
 			t.Fatal(err)

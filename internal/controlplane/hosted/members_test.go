@@ -14,7 +14,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes/scheme"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
@@ -213,7 +213,7 @@ func TestAwaitMembers(t *testing.T) {
 		{"the API server exists", []client.Object{apiServer}, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			c := fake.NewClientBuilder().WithScheme(scheme.Scheme).WithObjects(tc.objs...).Build()
+			c := fake.NewClientBuilder().WithScheme(clientgoscheme.Scheme).WithObjects(tc.objs...).Build()
 			r, err := New(Options{Client: c, Registry: "registry.test/fke"})
 			if err != nil {
 				t.Fatal(err)

@@ -3,10 +3,9 @@ package deviceplugin
 import (
 	"fmt"
 
-	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
-
-	"fke.dev/fke/internal/gpu/config"
+	gpuconfig "fke.dev/fke/internal/gpu/config"
 	"fke.dev/fke/internal/gpu/driver"
+	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 )
 
 // VisibleDevicesEnv lists the GPUs a container may use (NVIDIA container toolkit).
@@ -20,7 +19,7 @@ const VisibleDevicesEnv = driver.VisibleDevicesEnv
 // simulated driver (nil or without device nodes) gives the variables only.
 // With the cdi strategy it gets the CDI names nvidia.com/gpu=<uuid>, which
 // a CDI-enabled runtime resolves through the spec the agent writes.
-func ContainerResponse(res Resource, byID map[string]Device, ids []string, strategy config.DeviceListStrategy, drv *driver.Driver) (*pluginapi.ContainerAllocateResponse, error) {
+func ContainerResponse(res Resource, byID map[string]Device, ids []string, strategy gpuconfig.DeviceListStrategy, drv *driver.Driver) (*pluginapi.ContainerAllocateResponse, error) {
 	if len(ids) == 0 {
 		return nil, fmt.Errorf("allocating %s: no devices requested", res.Name)
 	}
@@ -41,7 +40,7 @@ func ContainerResponse(res Resource, byID map[string]Device, ids []string, strat
 	}
 	resp := &pluginapi.ContainerAllocateResponse{}
 	switch strategy {
-	case config.DeviceListEnvvar, "":
+	case gpuconfig.DeviceListEnvvar, "":
 		e := drv.Edits(uuids)
 		resp.Envs = e.Env
 		for _, n := range e.DeviceNodes {
@@ -50,7 +49,7 @@ func ContainerResponse(res Resource, byID map[string]Device, ids []string, strat
 		for _, m := range e.Mounts {
 			resp.Mounts = append(resp.Mounts, &pluginapi.Mount{ContainerPath: m.ContainerPath, HostPath: m.HostPath, ReadOnly: true})
 		}
-	case config.DeviceListCDI:
+	case gpuconfig.DeviceListCDI:
 		for _, u := range uuids {
 			resp.CdiDevices = append(resp.CdiDevices, &pluginapi.CDIDevice{Name: driver.CDIName(u)})
 		}

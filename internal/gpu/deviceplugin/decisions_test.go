@@ -1,14 +1,13 @@
 package deviceplugin
 
 import (
+	gpuconfig "fke.dev/fke/internal/gpu/config"
+	"fke.dev/fke/internal/gpu/driver"
+	"fke.dev/fke/internal/gpu/nvml"
 	"fmt"
 	"reflect"
 	"strings"
 	"testing"
-
-	"fke.dev/fke/internal/gpu/config"
-	"fke.dev/fke/internal/gpu/driver"
-	"fke.dev/fke/internal/gpu/nvml"
 )
 
 func gpus(n int) []nvml.Device {
@@ -36,28 +35,28 @@ func summary(rs []Resource) string {
 }
 
 func TestBuildResources(t *testing.T) {
-	ts := func(rename string, byDefault bool, name string, replicas int) *config.TimeSlicing {
-		return &config.TimeSlicing{RenameByDefault: byDefault, Resources: []config.ReplicatedResource{{Name: name, Rename: rename, Replicas: replicas}}}
+	ts := func(rename string, byDefault bool, name string, replicas int) *gpuconfig.TimeSlicing {
+		return &gpuconfig.TimeSlicing{RenameByDefault: byDefault, Resources: []gpuconfig.ReplicatedResource{{Name: name, Rename: rename, Replicas: replicas}}}
 	}
 	tests := []struct {
 		name     string
 		devs     []nvml.Device
-		strategy config.MIGStrategy
-		ts       *config.TimeSlicing
+		strategy gpuconfig.MIGStrategy
+		ts       *gpuconfig.TimeSlicing
 		want     string
 		wantErr  string
 	}{
-		{"whole GPUs", gpus(8), config.MIGStrategyNone, nil, "nvidia.com/gpu=8", ""},
-		{"none hides MIG", withMIG(gpus(2), 0, "1g.10gb", "1g.10gb"), config.MIGStrategyNone, nil, "nvidia.com/gpu=2", ""},
-		{"single without MIG", gpus(2), config.MIGStrategySingle, nil, "nvidia.com/gpu=2", ""},
-		{"single with MIG", withMIG(withMIG(gpus(2), 0, "1g.10gb", "1g.10gb"), 1, "1g.10gb"), config.MIGStrategySingle, nil, "nvidia.com/gpu=3", ""},
-		{"single with mixed MIG and non-MIG", withMIG(gpus(2), 0, "1g.10gb"), config.MIGStrategySingle, nil, "", "use mixed"},
-		{"single with two profiles", withMIG(withMIG(gpus(2), 0, "1g.10gb"), 1, "3g.40gb"), config.MIGStrategySingle, nil, "", "several MIG profiles"},
-		{"mixed", withMIG(gpus(3), 0, "1g.10gb", "1g.10gb", "3g.40gb"), config.MIGStrategyMixed, nil, "nvidia.com/gpu=2 nvidia.com/mig-1g.10gb=2 nvidia.com/mig-3g.40gb=1", ""},
-		{"time-sliced", gpus(2), config.MIGStrategyNone, ts("", false, "nvidia.com/gpu", 4), "nvidia.com/gpu=8", ""},
-		{"time-sliced renameByDefault", gpus(2), config.MIGStrategyNone, ts("", true, "nvidia.com/gpu", 4), "nvidia.com/gpu.shared=8", ""},
-		{"time-sliced rename", gpus(2), config.MIGStrategyNone, ts("gpu-shared", true, "nvidia.com/gpu", 2), "nvidia.com/gpu-shared=4", ""},
-		{"time-sliced MIG profile", withMIG(gpus(2), 0, "1g.10gb", "1g.10gb"), config.MIGStrategyMixed, ts("", true, "nvidia.com/mig-1g.10gb", 3), "nvidia.com/gpu=1 nvidia.com/mig-1g.10gb.shared=6", ""},
+		{"whole GPUs", gpus(8), gpuconfig.MIGStrategyNone, nil, "nvidia.com/gpu=8", ""},
+		{"none hides MIG", withMIG(gpus(2), 0, "1g.10gb", "1g.10gb"), gpuconfig.MIGStrategyNone, nil, "nvidia.com/gpu=2", ""},
+		{"single without MIG", gpus(2), gpuconfig.MIGStrategySingle, nil, "nvidia.com/gpu=2", ""},
+		{"single with MIG", withMIG(withMIG(gpus(2), 0, "1g.10gb", "1g.10gb"), 1, "1g.10gb"), gpuconfig.MIGStrategySingle, nil, "nvidia.com/gpu=3", ""},
+		{"single with mixed MIG and non-MIG", withMIG(gpus(2), 0, "1g.10gb"), gpuconfig.MIGStrategySingle, nil, "", "use mixed"},
+		{"single with two profiles", withMIG(withMIG(gpus(2), 0, "1g.10gb"), 1, "3g.40gb"), gpuconfig.MIGStrategySingle, nil, "", "several MIG profiles"},
+		{"mixed", withMIG(gpus(3), 0, "1g.10gb", "1g.10gb", "3g.40gb"), gpuconfig.MIGStrategyMixed, nil, "nvidia.com/gpu=2 nvidia.com/mig-1g.10gb=2 nvidia.com/mig-3g.40gb=1", ""},
+		{"time-sliced", gpus(2), gpuconfig.MIGStrategyNone, ts("", false, "nvidia.com/gpu", 4), "nvidia.com/gpu=8", ""},
+		{"time-sliced renameByDefault", gpus(2), gpuconfig.MIGStrategyNone, ts("", true, "nvidia.com/gpu", 4), "nvidia.com/gpu.shared=8", ""},
+		{"time-sliced rename", gpus(2), gpuconfig.MIGStrategyNone, ts("gpu-shared", true, "nvidia.com/gpu", 2), "nvidia.com/gpu-shared=4", ""},
+		{"time-sliced MIG profile", withMIG(gpus(2), 0, "1g.10gb", "1g.10gb"), gpuconfig.MIGStrategyMixed, ts("", true, "nvidia.com/mig-1g.10gb", 3), "nvidia.com/gpu=1 nvidia.com/mig-1g.10gb.shared=6", ""},
 		{"unknown strategy", gpus(1), "odd", nil, "", "unknown MIG strategy"},
 	}
 	for _, tc := range tests {
@@ -80,7 +79,7 @@ func TestBuildResources(t *testing.T) {
 }
 
 func TestReplicaIDs(t *testing.T) {
-	rs, err := BuildResources(gpus(2), config.MIGStrategyNone, &config.TimeSlicing{Resources: []config.ReplicatedResource{{Name: "nvidia.com/gpu", Replicas: 3}}})
+	rs, err := BuildResources(gpus(2), gpuconfig.MIGStrategyNone, &gpuconfig.TimeSlicing{Resources: []gpuconfig.ReplicatedResource{{Name: "nvidia.com/gpu", Replicas: 3}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -149,36 +148,36 @@ func TestPreferred(t *testing.T) {
 	shared := devicesFor(4, 4)
 	tests := []struct {
 		name    string
-		policy  config.AllocationPolicy
+		policy  gpuconfig.AllocationPolicy
 		devices map[string]Device
 		topo    Topology
 		req     Request
 		want    []string
 		wantErr bool
 	}{
-		{"packed picks an NVLink pair", config.AllocationPacked, whole, pairs,
+		{"packed picks an NVLink pair", gpuconfig.AllocationPacked, whole, pairs,
 			Request{Available: without(allIDs(whole), "GPU-0"), Size: 2}, []string{"GPU-2", "GPU-3"}, false},
-		{"packed completes the pair of a must-include", config.AllocationPacked, whole, pairs,
+		{"packed completes the pair of a must-include", gpuconfig.AllocationPacked, whole, pairs,
 			Request{Available: allIDs(whole), MustInclude: []string{"GPU-5"}, Size: 2}, []string{"GPU-5", "GPU-4"}, false},
-		{"packed keeps 4 GPUs on one NUMA node", config.AllocationPacked, whole, numaOnly,
+		{"packed keeps 4 GPUs on one NUMA node", gpuconfig.AllocationPacked, whole, numaOnly,
 			Request{Available: without(allIDs(whole), "GPU-0", "GPU-1"), Size: 4}, []string{"GPU-4", "GPU-5", "GPU-6", "GPU-7"}, false},
-		{"spread whole GPUs stay connected", config.AllocationSpread, whole, pairs,
+		{"spread whole GPUs stay connected", gpuconfig.AllocationSpread, whole, pairs,
 			Request{Available: without(allIDs(whole), "GPU-0", "GPU-3"), Size: 2}, []string{"GPU-4", "GPU-5"}, false},
-		{"packed replicas share one GPU, busiest first", config.AllocationPacked, shared, Topology{},
+		{"packed replicas share one GPU, busiest first", gpuconfig.AllocationPacked, shared, Topology{},
 			Request{Available: without(allIDs(shared), "GPU-2::0", "GPU-2::1"), Size: 2}, []string{"GPU-2::2", "GPU-2::3"}, false},
-		{"spread replicas land on different GPUs", config.AllocationSpread, shared, Topology{},
+		{"spread replicas land on different GPUs", gpuconfig.AllocationSpread, shared, Topology{},
 			Request{Available: allIDs(shared), Size: 2}, []string{"GPU-0::0", "GPU-1::0"}, false},
-		{"spread prefers idle GPUs", config.AllocationSpread, shared, Topology{},
+		{"spread prefers idle GPUs", gpuconfig.AllocationSpread, shared, Topology{},
 			Request{Available: without(allIDs(shared), "GPU-0::0", "GPU-1::0", "GPU-1::1"), Size: 2}, []string{"GPU-2::0", "GPU-3::0"}, false},
-		{"spread with more replicas than GPUs", config.AllocationSpread, shared, Topology{},
+		{"spread with more replicas than GPUs", gpuconfig.AllocationSpread, shared, Topology{},
 			Request{Available: allIDs(shared), Size: 5}, []string{"GPU-0::0", "GPU-1::0", "GPU-2::0", "GPU-3::0", "GPU-0::1"}, false},
-		{"spread avoids the must-include's GPU", config.AllocationSpread, shared, Topology{},
+		{"spread avoids the must-include's GPU", gpuconfig.AllocationSpread, shared, Topology{},
 			Request{Available: allIDs(shared), MustInclude: []string{"GPU-3::1"}, Size: 2}, []string{"GPU-3::1", "GPU-0::0"}, false},
-		{"fewer available than size", config.AllocationPacked, whole, pairs,
+		{"fewer available than size", gpuconfig.AllocationPacked, whole, pairs,
 			Request{Available: []string{"GPU-1", "GPU-0"}, Size: 3}, []string{"GPU-0", "GPU-1"}, false},
-		{"unknown available skipped", config.AllocationPacked, whole, pairs,
+		{"unknown available skipped", gpuconfig.AllocationPacked, whole, pairs,
 			Request{Available: []string{"nope", "GPU-6", "GPU-7", "GPU-1"}, Size: 2}, []string{"GPU-6", "GPU-7"}, false},
-		{"unknown must-include", config.AllocationPacked, whole, pairs,
+		{"unknown must-include", gpuconfig.AllocationPacked, whole, pairs,
 			Request{Available: allIDs(whole), MustInclude: []string{"nope"}, Size: 1}, nil, true},
 		{"unknown policy", "random", whole, pairs, Request{Available: allIDs(whole), Size: 1}, nil, true},
 	}
@@ -202,7 +201,7 @@ func TestPreferred(t *testing.T) {
 }
 
 func TestContainerResponse(t *testing.T) {
-	rs, _ := BuildResources(gpus(2), config.MIGStrategyNone, &config.TimeSlicing{FailRequestsGreaterThanOne: true, Resources: []config.ReplicatedResource{{Name: "nvidia.com/gpu", Replicas: 2}}})
+	rs, _ := BuildResources(gpus(2), gpuconfig.MIGStrategyNone, &gpuconfig.TimeSlicing{FailRequestsGreaterThanOne: true, Resources: []gpuconfig.ReplicatedResource{{Name: "nvidia.com/gpu", Replicas: 2}}})
 	sharedRes := rs[0]
 	shared := map[string]Device{}
 	for _, d := range sharedRes.Devices {
@@ -215,17 +214,17 @@ func TestContainerResponse(t *testing.T) {
 		res      Resource
 		byID     map[string]Device
 		ids      []string
-		strategy config.DeviceListStrategy
+		strategy gpuconfig.DeviceListStrategy
 		env      string
 		cdi      []string
 		wantErr  string
 	}{
-		{"envvar", wholeRes, whole, []string{"GPU-1", "GPU-0"}, config.DeviceListEnvvar, "GPU-1,GPU-0", nil, ""},
-		{"cdi", wholeRes, whole, []string{"GPU-0", "GPU-1"}, config.DeviceListCDI, "", []string{"nvidia.com/gpu=GPU-0", "nvidia.com/gpu=GPU-1"}, ""},
-		{"one replica", sharedRes, shared, []string{"GPU-1::1"}, config.DeviceListEnvvar, "GPU-1", nil, ""},
-		{"failRequestsGreaterThanOne", sharedRes, shared, []string{"GPU-0::0", "GPU-1::0"}, config.DeviceListEnvvar, "", nil, "failRequestsGreaterThanOne"},
-		{"unknown device", wholeRes, whole, []string{"GPU-9"}, config.DeviceListEnvvar, "", nil, "unknown device"},
-		{"nothing requested", wholeRes, whole, nil, config.DeviceListEnvvar, "", nil, "no devices"},
+		{"envvar", wholeRes, whole, []string{"GPU-1", "GPU-0"}, gpuconfig.DeviceListEnvvar, "GPU-1,GPU-0", nil, ""},
+		{"cdi", wholeRes, whole, []string{"GPU-0", "GPU-1"}, gpuconfig.DeviceListCDI, "", []string{"nvidia.com/gpu=GPU-0", "nvidia.com/gpu=GPU-1"}, ""},
+		{"one replica", sharedRes, shared, []string{"GPU-1::1"}, gpuconfig.DeviceListEnvvar, "GPU-1", nil, ""},
+		{"failRequestsGreaterThanOne", sharedRes, shared, []string{"GPU-0::0", "GPU-1::0"}, gpuconfig.DeviceListEnvvar, "", nil, "failRequestsGreaterThanOne"},
+		{"unknown device", wholeRes, whole, []string{"GPU-9"}, gpuconfig.DeviceListEnvvar, "", nil, "unknown device"},
+		{"nothing requested", wholeRes, whole, nil, gpuconfig.DeviceListEnvvar, "", nil, "no devices"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -252,12 +251,12 @@ func TestContainerResponse(t *testing.T) {
 		})
 	}
 	// Replicas of one GPU collapse to that GPU when allowed.
-	rs2, _ := BuildResources(gpus(1), config.MIGStrategyNone, &config.TimeSlicing{Resources: []config.ReplicatedResource{{Name: "nvidia.com/gpu", Replicas: 2}}})
+	rs2, _ := BuildResources(gpus(1), gpuconfig.MIGStrategyNone, &gpuconfig.TimeSlicing{Resources: []gpuconfig.ReplicatedResource{{Name: "nvidia.com/gpu", Replicas: 2}}})
 	byID := map[string]Device{}
 	for _, d := range rs2[0].Devices {
 		byID[d.ID] = d
 	}
-	resp, err := ContainerResponse(rs2[0], byID, []string{"GPU-0::0", "GPU-0::1"}, config.DeviceListEnvvar, nil)
+	resp, err := ContainerResponse(rs2[0], byID, []string{"GPU-0::0", "GPU-0::1"}, gpuconfig.DeviceListEnvvar, nil)
 	if err != nil || resp.Envs[VisibleDevicesEnv] != "GPU-0" {
 		t.Fatalf("resp %v err %v", resp, err)
 	}
@@ -294,7 +293,7 @@ func TestContainerResponseWithDriver(t *testing.T) {
 		Libraries: []driver.Mount{{HostPath: "/usr/lib/libcuda.so.560", ContainerPath: "/usr/lib/libcuda.so.1"}},
 		Tools:     []driver.Mount{{HostPath: "/usr/bin/nvidia-smi", ContainerPath: "/usr/bin/nvidia-smi"}},
 	}
-	resp, err := ContainerResponse(Resource{Name: GPUResource, Replicas: 1}, devicesFor(2, 1), []string{"GPU-1"}, config.DeviceListEnvvar, drv)
+	resp, err := ContainerResponse(Resource{Name: GPUResource, Replicas: 1}, devicesFor(2, 1), []string{"GPU-1"}, gpuconfig.DeviceListEnvvar, drv)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,14 +10,13 @@ import (
 	"testing"
 	"time"
 
+	gpuconfig "fke.dev/fke/internal/gpu/config"
+	"fke.dev/fke/internal/gpu/health"
+	"fke.dev/fke/internal/gpu/nvml"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 	clocktesting "k8s.io/utils/clock/testing"
-
-	"fke.dev/fke/internal/gpu/config"
-	"fke.dev/fke/internal/gpu/health"
-	"fke.dev/fke/internal/gpu/nvml"
 )
 
 // fakeKubelet is the kubelet's Registration service on a temp-dir socket.
@@ -139,7 +138,7 @@ type agentUnderTest struct {
 	kubelet *fakeKubelet
 }
 
-func startAgent(t *testing.T, strategy config.DeviceListStrategy, selfCheck AllocatableSource) *agentUnderTest {
+func startAgent(t *testing.T, strategy gpuconfig.DeviceListStrategy, selfCheck AllocatableSource) *agentUnderTest {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	a := &agentUnderTest{dir: shortTempDir(t), clock: clocktesting.NewFakeClock(time.Unix(1000, 0))}
@@ -152,7 +151,7 @@ func startAgent(t *testing.T, strategy config.DeviceListStrategy, selfCheck Allo
 		t.Fatal(err)
 	}
 	a.monitor = health.NewMonitor(a.mock, a.mock.UUIDs(), health.Options{Hold: time.Minute, ProbeInterval: 10 * time.Second, Clock: a.clock})
-	res, err := BuildResources(devs, config.MIGStrategyNone, nil)
+	res, err := BuildResources(devs, gpuconfig.MIGStrategyNone, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -171,7 +170,7 @@ func startAgent(t *testing.T, strategy config.DeviceListStrategy, selfCheck Allo
 }
 
 func TestKubeletFlow(t *testing.T) {
-	a := startAgent(t, config.DeviceListEnvvar, nil)
+	a := startAgent(t, gpuconfig.DeviceListEnvvar, nil)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 
@@ -283,7 +282,7 @@ func TestKubeletFlow(t *testing.T) {
 }
 
 func TestAllocateCDI(t *testing.T) {
-	a := startAgent(t, config.DeviceListCDI, nil)
+	a := startAgent(t, gpuconfig.DeviceListCDI, nil)
 	eventually(t, "registration", 2*time.Second, func() bool { return len(a.kubelet.registrations()) == 1 })
 	c := dialPlugin(t, filepath.Join(a.dir, SocketName(GPUResource)))
 	u := a.mock.UUIDs()
@@ -313,7 +312,7 @@ func (f *fakeAllocatable) Allocatable(context.Context) (map[string]int64, error)
 
 func TestSelfCheckReRegistersOnDrift(t *testing.T) {
 	alloc := &fakeAllocatable{v: map[string]int64{GPUResource: 8}}
-	a := startAgent(t, config.DeviceListEnvvar, alloc)
+	a := startAgent(t, gpuconfig.DeviceListEnvvar, alloc)
 	eventually(t, "registration", 2*time.Second, func() bool { return a.manager.Registrations(GPUResource) == 1 })
 	ctx := context.Background()
 	if d, err := a.manager.SelfCheck(ctx); err != nil || len(d) != 0 {
@@ -353,7 +352,7 @@ func TestMIGMixedOnePluginPerResource(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	res, err := BuildResources(devs, config.MIGStrategyMixed, nil)
+	res, err := BuildResources(devs, gpuconfig.MIGStrategyMixed, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,12 +12,11 @@ import (
 	"sync"
 	"time"
 
+	gpuconfig "fke.dev/fke/internal/gpu/config"
+	"fke.dev/fke/internal/gpu/driver"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
-
-	"fke.dev/fke/internal/gpu/config"
-	"fke.dev/fke/internal/gpu/driver"
 )
 
 // AllocatableSource reads what the Node reports as allocatable.
@@ -32,8 +31,8 @@ type ManagerOptions struct {
 	Dir string
 	// KubeletSocket is the registration socket (Dir/kubelet.sock).
 	KubeletSocket string
-	Policy        config.AllocationPolicy
-	Strategy      config.DeviceListStrategy
+	Policy        gpuconfig.AllocationPolicy
+	Strategy      gpuconfig.DeviceListStrategy
 	// Driver is what containers get with their GPUs (device nodes, driver
 	// libraries); nil for simulated GPUs (the environment only).
 	Driver *driver.Driver
@@ -69,7 +68,7 @@ type Manager struct {
 // NewManager prepares plugins for resources; nothing listens until Run.
 func NewManager(resources []Resource, topo Topology, o ManagerOptions) (*Manager, error) {
 	if o.Dir == "" {
-		o.Dir = config.DefaultPluginDir
+		o.Dir = gpuconfig.DefaultPluginDir
 	}
 	if o.KubeletSocket == "" {
 		o.KubeletSocket = filepath.Join(o.Dir, "kubelet.sock")
@@ -87,10 +86,10 @@ func NewManager(resources []Resource, topo Topology, o ManagerOptions) (*Manager
 		o.RegisterTimeout = 5 * time.Second
 	}
 	if o.Policy == "" {
-		o.Policy = config.AllocationPacked
+		o.Policy = gpuconfig.AllocationPacked
 	}
 	if o.Strategy == "" {
-		o.Strategy = config.DeviceListEnvvar
+		o.Strategy = gpuconfig.DeviceListEnvvar
 	}
 	m := &Manager{o: o, log: o.Log, registrations: map[string]int{}, pending: map[*Plugin]time.Time{},
 		backoff: map[*Plugin]time.Duration{}, drift: map[string]int{}}

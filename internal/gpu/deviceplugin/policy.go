@@ -1,10 +1,9 @@
 package deviceplugin
 
 import (
+	gpuconfig "fke.dev/fke/internal/gpu/config"
 	"fmt"
 	"sort"
-
-	"fke.dev/fke/internal/gpu/config"
 )
 
 // Request is one container's preferred-allocation request.
@@ -28,8 +27,8 @@ type Request struct {
 // lower GPU indices. Unknown IDs in Available are skipped; an unknown
 // MustInclude ID is an error. It returns fewer than Size IDs only when
 // Available has fewer.
-func Preferred(policy config.AllocationPolicy, devices map[string]Device, topo Topology, req Request) ([]string, error) {
-	if policy != config.AllocationPacked && policy != config.AllocationSpread {
+func Preferred(policy gpuconfig.AllocationPolicy, devices map[string]Device, topo Topology, req Request) ([]string, error) {
+	if policy != gpuconfig.AllocationPacked && policy != gpuconfig.AllocationSpread {
 		return nil, fmt.Errorf("unknown allocation policy %q", policy)
 	}
 	chosen := make([]Device, 0, req.Size)
@@ -83,7 +82,7 @@ func Preferred(policy config.AllocationPolicy, devices map[string]Device, topo T
 }
 
 // greedy picks need devices from pool after chosen, starting on GPU seed.
-func greedy(policy config.AllocationPolicy, topo Topology, chosen, pool []Device, need, seed int) []Device {
+func greedy(policy gpuconfig.AllocationPolicy, topo Topology, chosen, pool []Device, need, seed int) []Device {
 	out := append([]Device(nil), chosen...)
 	used := map[string]bool{}
 	onGPU := map[int]int{} // chosen devices per GPU
@@ -131,14 +130,14 @@ func greedy(policy config.AllocationPolicy, topo Topology, chosen, pool []Device
 // candidateKey ranks a candidate; larger is better, compared element-wise.
 // Pool order (ascending GPU index, replica) breaks remaining ties because
 // only a strictly greater key replaces the current pick.
-func candidateKey(policy config.AllocationPolicy, topo Topology, onGPU, free map[int]int, d *Device) []int {
+func candidateKey(policy gpuconfig.AllocationPolicy, topo Topology, onGPU, free map[int]int, d *Device) []int {
 	link := 0
 	for g, n := range onGPU {
 		if n > 0 && g != d.GPUIndex {
 			link += pairScore(topo, g, d.GPUIndex)
 		}
 	}
-	if policy == config.AllocationPacked {
+	if policy == gpuconfig.AllocationPacked {
 		together := 0
 		if onGPU[d.GPUIndex] > 0 {
 			together = 1
@@ -151,7 +150,7 @@ func candidateKey(policy config.AllocationPolicy, topo Topology, onGPU, free map
 // score rates a whole choice, larger is better: [GPU count (fewer for
 // packed, more for spread), connectivity, load (busier GPUs for packed,
 // idler ones for spread)].
-func score(policy config.AllocationPolicy, topo Topology, free map[int]int, ds []Device) [3]int {
+func score(policy gpuconfig.AllocationPolicy, topo Topology, free map[int]int, ds []Device) [3]int {
 	gpus := map[int]bool{}
 	for _, d := range ds {
 		gpus[d.GPUIndex] = true
@@ -169,7 +168,7 @@ func score(policy config.AllocationPolicy, topo Topology, free map[int]int, ds [
 			conn += pairScore(topo, list[i], list[j])
 		}
 	}
-	if policy == config.AllocationPacked {
+	if policy == gpuconfig.AllocationPacked {
 		return [3]int{-len(gpus), conn, -load}
 	}
 	return [3]int{len(gpus), conn, load}

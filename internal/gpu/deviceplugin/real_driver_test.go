@@ -8,11 +8,10 @@ import (
 	"testing"
 	"time"
 
-	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
-
-	"fke.dev/fke/internal/gpu/config"
+	gpuconfig "fke.dev/fke/internal/gpu/config"
 	"fke.dev/fke/internal/gpu/health"
 	"fke.dev/fke/internal/gpu/nvml/nvmltest"
+	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 )
 
 // TestRealDriverKubeletFlow serves the GPUs of this machine, read through the
@@ -37,16 +36,16 @@ func TestRealDriverKubeletFlow(t *testing.T) {
 
 	for _, tc := range []struct {
 		name     string
-		ts       *config.TimeSlicing
+		ts       *gpuconfig.TimeSlicing
 		replicas int
 	}{
 		{"whole GPUs", nil, 1},
-		{"time-sliced x4", &config.TimeSlicing{Resources: []config.ReplicatedResource{{Name: GPUResource, Replicas: 4}}}, 4},
+		{"time-sliced x4", &gpuconfig.TimeSlicing{Resources: []gpuconfig.ReplicatedResource{{Name: GPUResource, Replicas: 4}}}, 4},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx, cancel := context.WithCancel(ctx)
 			dir := shortTempDir(t)
-			res, err := BuildResources(devs, config.MIGStrategyNone, tc.ts)
+			res, err := BuildResources(devs, gpuconfig.MIGStrategyNone, tc.ts)
 			if err != nil {
 				t.Fatal(err)
 			}

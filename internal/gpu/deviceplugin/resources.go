@@ -11,12 +11,11 @@
 package deviceplugin
 
 import (
+	gpuconfig "fke.dev/fke/internal/gpu/config"
+	"fke.dev/fke/internal/gpu/nvml"
 	"fmt"
 	"sort"
 	"strings"
-
-	"fke.dev/fke/internal/gpu/config"
-	"fke.dev/fke/internal/gpu/nvml"
 )
 
 // GPUResource is the resource name of whole GPUs.
@@ -90,7 +89,7 @@ func TopologyOf(devs []nvml.Device) Topology {
 
 // BuildResources decides what to advertise from the discovered GPUs, the MIG
 // strategy and the time-slicing config. Resources are sorted by name.
-func BuildResources(devs []nvml.Device, strategy config.MIGStrategy, ts *config.TimeSlicing) ([]Resource, error) {
+func BuildResources(devs []nvml.Device, strategy gpuconfig.MIGStrategy, ts *gpuconfig.TimeSlicing) ([]Resource, error) {
 	base := map[string][]Device{}
 	whole := func(d nvml.Device) Device {
 		return Device{ID: d.UUID, UUID: d.UUID, GPU: d.UUID, GPUIndex: d.Index, NUMANode: d.NUMANode}
@@ -99,11 +98,11 @@ func BuildResources(devs []nvml.Device, strategy config.MIGStrategy, ts *config.
 		return Device{ID: m.UUID, UUID: m.UUID, GPU: d.UUID, GPUIndex: d.Index, NUMANode: d.NUMANode}
 	}
 	switch strategy {
-	case config.MIGStrategyNone, "":
+	case gpuconfig.MIGStrategyNone, "":
 		for _, d := range devs {
 			base[GPUResource] = append(base[GPUResource], whole(d))
 		}
-	case config.MIGStrategySingle:
+	case gpuconfig.MIGStrategySingle:
 		var enabled, disabled int
 		profiles := map[string]bool{}
 		for _, d := range devs {
@@ -132,7 +131,7 @@ func BuildResources(devs []nvml.Device, strategy config.MIGStrategy, ts *config.
 				}
 			}
 		}
-	case config.MIGStrategyMixed:
+	case gpuconfig.MIGStrategyMixed:
 		for _, d := range devs {
 			if !d.MIGEnabled {
 				base[GPUResource] = append(base[GPUResource], whole(d))
@@ -147,7 +146,7 @@ func BuildResources(devs []nvml.Device, strategy config.MIGStrategy, ts *config.
 		return nil, fmt.Errorf("unknown MIG strategy %q", strategy)
 	}
 
-	shared := map[string]config.ReplicatedResource{}
+	shared := map[string]gpuconfig.ReplicatedResource{}
 	if ts != nil {
 		for _, r := range ts.Resources {
 			shared[r.Name] = r
@@ -161,7 +160,7 @@ func BuildResources(devs []nvml.Device, strategy config.MIGStrategy, ts *config.
 			byName[name] = Resource{Name: name, Devices: devices, Replicas: 1}
 			continue
 		}
-		out := Resource{Name: config.SharedResourceName(r, ts.RenameByDefault), Replicas: max(r.Replicas, 1), FailRequestsGreaterThanOne: ts.FailRequestsGreaterThanOne}
+		out := Resource{Name: gpuconfig.SharedResourceName(r, ts.RenameByDefault), Replicas: max(r.Replicas, 1), FailRequestsGreaterThanOne: ts.FailRequestsGreaterThanOne}
 		for _, d := range devices {
 			if out.Replicas == 1 {
 				out.Devices = append(out.Devices, d)

@@ -10,13 +10,12 @@ import (
 	"slices"
 	"sync"
 
+	gpuconfig "fke.dev/fke/internal/gpu/config"
+	"fke.dev/fke/internal/gpu/driver"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
-
-	"fke.dev/fke/internal/gpu/config"
-	"fke.dev/fke/internal/gpu/driver"
 )
 
 // HealthSource says whether a physical GPU is usable and when that may have changed.
@@ -45,8 +44,8 @@ type Plugin struct {
 	res      Resource
 	byID     map[string]Device
 	topo     Topology
-	policy   config.AllocationPolicy
-	strategy config.DeviceListStrategy
+	policy   gpuconfig.AllocationPolicy
+	strategy gpuconfig.DeviceListStrategy
 	driver   *driver.Driver
 	health   HealthSource
 	socket   string

@@ -6,13 +6,12 @@
 package labels
 
 import (
+	gpuconfig "fke.dev/fke/internal/gpu/config"
+	"fke.dev/fke/internal/gpu/nvml"
 	"fmt"
 	"sort"
 	"strconv"
 	"strings"
-
-	"fke.dev/fke/internal/gpu/config"
-	"fke.dev/fke/internal/gpu/nvml"
 )
 
 // Prefix is the prefix of the GFD-compatible labels this package sets.
@@ -59,7 +58,7 @@ const (
 // For returns the labels for a node with devs under cfg; simulated says
 // that containers get no devices for them (see Simulated). Heterogeneous
 // nodes are described by their first GPU, as GFD does.
-func For(sys nvml.System, devs []nvml.Device, cfg config.Config, simulated bool) map[string]string {
+func For(sys nvml.System, devs []nvml.Device, cfg gpuconfig.Config, simulated bool) map[string]string {
 	l := map[string]string{
 		Simulated:       strconv.FormatBool(simulated),
 		MIGStrategy:     string(orNone(cfg.MIGStrategy)),
@@ -111,7 +110,7 @@ func For(sys nvml.System, devs []nvml.Device, cfg config.Config, simulated bool)
 		}
 	}
 	switch cfg.MIGStrategy {
-	case config.MIGStrategySingle:
+	case gpuconfig.MIGStrategySingle:
 		if len(migs) == 1 {
 			for profile, ms := range migs {
 				m := ms[0]
@@ -123,7 +122,7 @@ func For(sys nvml.System, devs []nvml.Device, cfg config.Config, simulated bool)
 				l[GPUSlicesCI] = strconv.Itoa(m.CISlices)
 			}
 		}
-	case config.MIGStrategyMixed:
+	case gpuconfig.MIGStrategyMixed:
 		for profile, ms := range migs {
 			m := ms[0]
 			base := "nvidia.com/mig-" + profile
@@ -151,7 +150,7 @@ func For(sys nvml.System, devs []nvml.Device, cfg config.Config, simulated bool)
 			}
 			if base == "nvidia.com/gpu" {
 				l[Replicas] = strconv.Itoa(r.Replicas)
-				if config.SharedResourceName(r, ts.RenameByDefault) == r.Name {
+				if gpuconfig.SharedResourceName(r, ts.RenameByDefault) == r.Name {
 					l[Product] = value(l[Product] + "-SHARED")
 				}
 			} else if _, ok := l[base+".count"]; ok {
@@ -168,9 +167,9 @@ func For(sys nvml.System, devs []nvml.Device, cfg config.Config, simulated bool)
 	return l
 }
 
-func orNone(s config.MIGStrategy) config.MIGStrategy {
+func orNone(s gpuconfig.MIGStrategy) gpuconfig.MIGStrategy {
 	if s == "" {
-		return config.MIGStrategyNone
+		return gpuconfig.MIGStrategyNone
 	}
 	return s
 }

@@ -6,12 +6,11 @@ import (
 	"reflect"
 	"testing"
 
+	gpuconfig "fke.dev/fke/internal/gpu/config"
+	"fke.dev/fke/internal/gpu/nvml"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-
-	"fke.dev/fke/internal/gpu/config"
-	"fke.dev/fke/internal/gpu/nvml"
 )
 
 func mockDevices(t *testing.T, name string, mig map[int][]string) (nvml.System, []nvml.Device) {
@@ -52,29 +51,29 @@ func TestFor(t *testing.T) {
 		}
 		return out
 	}
-	shared := func(byDefault bool, rename string) config.Sharing {
-		return config.Sharing{TimeSlicing: &config.TimeSlicing{RenameByDefault: byDefault, Resources: []config.ReplicatedResource{{Name: "nvidia.com/gpu", Replicas: 4, Rename: rename}}}}
+	shared := func(byDefault bool, rename string) gpuconfig.Sharing {
+		return gpuconfig.Sharing{TimeSlicing: &gpuconfig.TimeSlicing{RenameByDefault: byDefault, Resources: []gpuconfig.ReplicatedResource{{Name: "nvidia.com/gpu", Replicas: 4, Rename: rename}}}}
 	}
 	tests := []struct {
 		name string
 		mig  map[int][]string
-		cfg  config.Config
+		cfg  gpuconfig.Config
 		want map[string]string
 	}{
-		{"plain", nil, config.Config{MIGStrategy: config.MIGStrategyNone}, base},
-		{"machine", nil, config.Config{MIGStrategy: config.MIGStrategyNone, Machine: "DGX H100"}, with(map[string]string{Machine: "DGX-H100"})},
-		{"time-slicing", nil, config.Config{MIGStrategy: config.MIGStrategyNone, Sharing: shared(false, "")},
+		{"plain", nil, gpuconfig.Config{MIGStrategy: gpuconfig.MIGStrategyNone}, base},
+		{"machine", nil, gpuconfig.Config{MIGStrategy: gpuconfig.MIGStrategyNone, Machine: "DGX H100"}, with(map[string]string{Machine: "DGX-H100"})},
+		{"time-slicing", nil, gpuconfig.Config{MIGStrategy: gpuconfig.MIGStrategyNone, Sharing: shared(false, "")},
 			with(map[string]string{SharingStrategy: "time-slicing", Replicas: "4", Product: "NVIDIA-H100-80GB-HBM3-SHARED"})},
-		{"time-slicing renamed", nil, config.Config{MIGStrategy: config.MIGStrategyNone, Sharing: shared(true, "")},
+		{"time-slicing renamed", nil, gpuconfig.Config{MIGStrategy: gpuconfig.MIGStrategyNone, Sharing: shared(true, "")},
 			with(map[string]string{SharingStrategy: "time-slicing", Replicas: "4"})},
-		{"mig mixed", map[int][]string{0: {"1g.10gb", "1g.10gb"}, 1: {"3g.40gb"}}, config.Config{MIGStrategy: config.MIGStrategyMixed},
+		{"mig mixed", map[int][]string{0: {"1g.10gb", "1g.10gb"}, 1: {"3g.40gb"}}, gpuconfig.Config{MIGStrategy: gpuconfig.MIGStrategyMixed},
 			with(map[string]string{MIGStrategy: "mixed",
 				"nvidia.com/mig-1g.10gb.count": "2", "nvidia.com/mig-1g.10gb.memory": "10240", "nvidia.com/mig-1g.10gb.multiprocessors": "16",
 				"nvidia.com/mig-1g.10gb.slices.gi": "1", "nvidia.com/mig-1g.10gb.slices.ci": "1",
 				"nvidia.com/mig-3g.40gb.count": "1", "nvidia.com/mig-3g.40gb.memory": "40960", "nvidia.com/mig-3g.40gb.multiprocessors": "60",
 				"nvidia.com/mig-3g.40gb.slices.gi": "3", "nvidia.com/mig-3g.40gb.slices.ci": "3"})},
 		{"mig single", map[int][]string{0: {"1g.10gb", "1g.10gb"}, 1: {"1g.10gb"}, 2: {"1g.10gb"}, 3: {"1g.10gb"}, 4: {"1g.10gb"}, 5: {"1g.10gb"}, 6: {"1g.10gb"}, 7: {"1g.10gb"}},
-			config.Config{MIGStrategy: config.MIGStrategySingle},
+			gpuconfig.Config{MIGStrategy: gpuconfig.MIGStrategySingle},
 			with(map[string]string{MIGStrategy: "single", Product: "NVIDIA-H100-80GB-HBM3-MIG-1g.10gb", Count: "9", Memory: "10240",
 				GPUMultiprocessor: "16", GPUSlicesGI: "1", GPUSlicesCI: "1"})},
 	}
@@ -104,10 +103,10 @@ func TestFor(t *testing.T) {
 			}
 		})
 	}
-	if got := For(nvml.System{}, nil, config.Config{}, true); got[Count] != "0" || got[MIGStrategy] != "none" {
+	if got := For(nvml.System{}, nil, gpuconfig.Config{}, true); got[Count] != "0" || got[MIGStrategy] != "none" {
 		t.Errorf("no GPUs: %v", got)
 	}
-	if _, devs := mockDevices(t, "dgxh100", nil); For(nvml.System{}, devs, config.Config{}, false)[Simulated] != "false" {
+	if _, devs := mockDevices(t, "dgxh100", nil); For(nvml.System{}, devs, gpuconfig.Config{}, false)[Simulated] != "false" {
 		t.Errorf("GPUs with device nodes are labelled simulated")
 	}
 }

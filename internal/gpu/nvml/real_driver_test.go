@@ -3,16 +3,15 @@ package nvml_test
 import (
 	"context"
 	"errors"
+	gpuconfig "fke.dev/fke/internal/gpu/config"
+	"fke.dev/fke/internal/gpu/labels"
+	"fke.dev/fke/internal/gpu/nvml"
+	"fke.dev/fke/internal/gpu/nvml/nvmltest"
 	"os/exec"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
-
-	"fke.dev/fke/internal/gpu/config"
-	"fke.dev/fke/internal/gpu/labels"
-	"fke.dev/fke/internal/gpu/nvml"
-	"fke.dev/fke/internal/gpu/nvml/nvmltest"
 )
 
 // smiGPU is one row of nvidia-smi's query output.
@@ -134,7 +133,7 @@ func TestRealDriver(t *testing.T) {
 		t.Errorf("waiting for events: %v", err)
 	}
 
-	l := labels.For(sys, devs, config.Config{}, false)
+	l := labels.For(sys, devs, gpuconfig.Config{}, false)
 	t.Logf("labels: %v", l)
 	want := map[string]string{
 		labels.Present:      "true",

@@ -16,7 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/cache"
+	toolscache "k8s.io/client-go/tools/cache"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	"fke.dev/fke/internal/tenant"
@@ -152,7 +152,7 @@ func (r *redriver) run(ctx context.Context) {
 		fields.OneTermEqualSelector("status.phase", string(corev1.PodPending)),
 	).String()
 	pods := r.client.CoreV1().Pods(metav1.NamespaceAll)
-	lw := &cache.ListWatch{
+	lw := &toolscache.ListWatch{
 		ListWithContextFunc: func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
 			opts.FieldSelector = selector
 			return pods.List(ctx, opts)
@@ -162,15 +162,15 @@ func (r *redriver) run(ctx context.Context) {
 			return pods.Watch(ctx, opts)
 		},
 	}
-	store, informer := cache.NewInformerWithOptions(cache.InformerOptions{
+	store, informer := toolscache.NewInformerWithOptions(toolscache.InformerOptions{
 		ListerWatcher: lw,
 		ObjectType:    &corev1.Pod{},
-		Handler:       cache.ResourceEventHandlerFuncs{},
+		Handler:       toolscache.ResourceEventHandlerFuncs{},
 	})
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	wg.Go(func() { informer.RunWithContext(ctx) })
-	if !cache.WaitForCacheSync(ctx.Done(), informer.HasSynced) {
+	if !toolscache.WaitForCacheSync(ctx.Done(), informer.HasSynced) {
 		return
 	}
 	ticker := time.NewTicker(max(r.after/4, minScanInterval))
