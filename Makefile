@@ -15,7 +15,7 @@ export CGO_CFLAGS ?= -O2 -g -Wno-deprecated-declarations
 BUILD_TAGS := kustomize_disable_go_plugin_support
 export GOFLAGS := $(strip $(GOFLAGS) -tags=$(BUILD_TAGS))
 
-.PHONY: help all build binaries demo-binaries release generate chart-crds generate-tenant-crds manifests test test-unit test-integration test-e2e demo bench vet clean
+.PHONY: help all build binaries demo-binaries release docs generate chart-crds generate-tenant-crds manifests test test-unit test-integration test-e2e demo bench vet clean
 
 help: ## list the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
@@ -36,6 +36,10 @@ DEMO_BINARIES := etcd etcdutl kube-apiserver kube-controller-manager kube-schedu
 
 demo-binaries: ## build only the upstream binaries the demo runs
 	@hack/k8s/build.sh $(BIN) $(DEMO_BINARIES)
+
+docs: ## write the generated docs: the CLI reference (docs/reference/cli.md)
+	@mkdir -p docs/reference
+	$(GO) run ./hack/clidocs > docs/reference/cli.md
 
 VERSION ?=
 RELEASE_PLATFORMS ?= linux/amd64 linux/arm64
