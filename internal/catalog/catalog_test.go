@@ -6,6 +6,7 @@ import (
 )
 
 func TestDefaultCatalog(t *testing.T) {
+	t.Parallel()
 	want := map[string]int32{
 		"cpu-small": 0, "cpu-medium": 0, "cpu-large": 0,
 		"gpu-l4x1": 1, "gpu-a100x1": 1, "gpu-a100x8": 8, "gpu-h100x8": 8, "gpu-h200x8": 8, "gpu-b200x8": 8,

@@ -11,6 +11,7 @@ import (
 )
 
 func TestOpen(t *testing.T) {
+	t.Parallel()
 	at := func(s string) time.Time {
 		tm, err := time.Parse(time.RFC3339, s)
 		if err != nil {
@@ -54,6 +55,7 @@ func TestOpen(t *testing.T) {
 }
 
 func TestAutoUpgradeTarget(t *testing.T) {
+	t.Parallel()
 	cases := []struct {
 		from   string
 		policy fkev1.AutoUpgradePolicy

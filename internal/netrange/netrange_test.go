@@ -15,6 +15,7 @@ func prefixes(s ...string) []netip.Prefix {
 }
 
 func TestPickPodCIDR(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name  string
 		avoid []netip.Prefix
@@ -50,6 +51,7 @@ func TestPickPodCIDR(t *testing.T) {
 }
 
 func TestParseRoutes(t *testing.T) {
+	t.Parallel()
 	table := `Iface	Destination	Gateway 	Flags	RefCnt	Use	Metric	Mask		MTU	Window	IRTT
 eth0	00000000	0100A8C0	0003	0	0	0	00000000	0	0	0
 eth0	0000A8C0	00000000	0001	0	0	0	00FFFFFF	0	0	0
@@ -71,6 +73,7 @@ fke0	00001DAC	00000000	0001	0	0	0	0000FFFF	0	0	0
 }
 
 func TestCheckLocalPodRange(t *testing.T) {
+	t.Parallel()
 	local := func(key, cidr string) LocalCluster {
 		return LocalCluster{Key: key, PodCIDR: netip.MustParsePrefix(cidr)}
 	}

@@ -20,6 +20,7 @@ func instanceType(name string) *fkev1.InstanceType {
 }
 
 func TestBuild(t *testing.T) {
+	t.Parallel()
 	pool := func(mut func(*fkev1.NodePool)) *fkev1.NodePool {
 		np := &fkev1.NodePool{ObjectMeta: metav1.ObjectMeta{Name: "demo.gpu"}, Spec: fkev1.NodePoolSpec{ClusterName: "demo", PoolName: "gpu"}}
 		mut(np)

@@ -10,6 +10,7 @@ import (
 )
 
 func TestNodeReady(t *testing.T) {
+	t.Parallel()
 	for name, tc := range map[string]struct {
 		conds []corev1.NodeCondition
 		want  bool
@@ -30,6 +31,7 @@ func TestNodeReady(t *testing.T) {
 }
 
 func TestRequestsGPU(t *testing.T) {
+	t.Parallel()
 	one := resource.MustParse("1")
 	pod := func(r corev1.ResourceRequirements) *corev1.Pod {
 		return &corev1.Pod{Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "cpu"}, {Name: "x", Resources: r}}}}

@@ -9,6 +9,7 @@ import (
 var t0 = time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
 
 func TestDecide(t *testing.T) {
+	t.Parallel()
 	dev := func(mut func(*Stage)) Stage {
 		s := Stage{Name: "dev"}
 		if mut != nil {
@@ -156,6 +157,7 @@ func TestDecide(t *testing.T) {
 }
 
 func TestRollback(t *testing.T) {
+	t.Parallel()
 	cases := []struct {
 		s      Stage
 		failed string
@@ -175,6 +177,7 @@ func TestRollback(t *testing.T) {
 }
 
 func TestRegressed(t *testing.T) {
+	t.Parallel()
 	const timeout = time.Minute
 	// dev was healthy with b2, and with a1 before it.
 	stage := func(mut func(*Stage)) Stage {

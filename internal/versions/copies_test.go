@@ -12,6 +12,7 @@ import (
 // upstream binaries, the Go modules that pin them, the Cluster CRD's
 // default) say the same, or this test names the copy that does not.
 func TestCopiesAgree(t *testing.T) {
+	t.Parallel()
 	root := filepath.Join("..", "..")
 	for _, c := range []struct {
 		file, pattern, want string

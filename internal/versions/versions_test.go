@@ -6,6 +6,7 @@ import (
 )
 
 func TestDefaultIsSupported(t *testing.T) {
+	t.Parallel()
 	if err := CheckRunnable(Default); err != nil {
 		t.Fatalf("the default version is not runnable: %v", err)
 	}
@@ -17,6 +18,7 @@ func TestDefaultIsSupported(t *testing.T) {
 }
 
 func TestCheckRunnable(t *testing.T) {
+	t.Parallel()
 	for _, v := range []string{"v1.99.0", "v1.37.1", "1.37.2", ""} {
 		err := CheckRunnable(v)
 		if err == nil {
@@ -30,6 +32,7 @@ func TestCheckRunnable(t *testing.T) {
 }
 
 func TestParse(t *testing.T) {
+	t.Parallel()
 	good := map[string]Version{"v1.37.2": {1, 37, 2}, "v1.0.0": {1, 0, 0}, "v2.10.11": {2, 10, 11}}
 	for s, want := range good {
 		got, err := Parse(s)
@@ -48,6 +51,7 @@ func TestParse(t *testing.T) {
 }
 
 func TestCheckUpgrade(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		from, to string
 		want     string // "" = allowed
@@ -90,6 +94,7 @@ func FuzzParse(f *testing.F) {
 }
 
 func TestUpgradeTargets(t *testing.T) {
+	t.Parallel()
 	cases := map[string][]string{
 		Previous:  {Default},
 		Default:   nil,
@@ -106,6 +111,7 @@ func TestUpgradeTargets(t *testing.T) {
 }
 
 func TestCheckKubeletSkew(t *testing.T) {
+	t.Parallel()
 	cases := []struct {
 		cp, node string
 		ok       bool

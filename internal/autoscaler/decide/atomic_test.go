@@ -11,6 +11,7 @@ import (
 )
 
 func TestScaleUpAtomic(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name   string
 		pool   Pool
@@ -57,6 +58,7 @@ func TestScaleUpAtomic(t *testing.T) {
 }
 
 func TestCheckCapacity(t *testing.T) {
+	t.Parallel()
 	gpuNode := func(name string, pods ...*corev1.Pod) NodeInfo {
 		return ready(mkNode(name, 96, 1024, 8, nodeTaint("nvidia.com/gpu", "present", corev1.TaintEffectNoSchedule)), "gpu", pods...)
 	}
@@ -87,6 +89,7 @@ func TestCheckCapacity(t *testing.T) {
 // room: pending pods do not take it, the node holding it is not scaled
 // down, and a check-capacity request does not count it as free.
 func TestBookedCapacity(t *testing.T) {
+	t.Parallel()
 	booked := func(n int) []*corev1.Pod {
 		pods := mkPods("train", n, 1000, 1024, 8, tolerateGPU())
 		for _, p := range pods {

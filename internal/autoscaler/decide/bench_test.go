@@ -104,6 +104,7 @@ func BenchmarkScaleUp1000Nodes30000Pods(b *testing.B) {
 
 // TestBenchClusterPlan checks the benchmark's plan is meaningful.
 func TestBenchClusterPlan(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("large")
 	}

@@ -10,6 +10,7 @@ import (
 )
 
 func TestFits(t *testing.T) {
+	t.Parallel()
 	gpuNode := func(opts ...nodeOpt) *corev1.Node {
 		return mkNode("n1", 8, 32, 8, append([]nodeOpt{nodeTaint("nvidia.com/gpu", "present", corev1.TaintEffectNoSchedule),
 			nodeLabels(corev1.LabelTopologyZone, "z1", "nvidia.com/gpu.product", "H100", "gpu.count", "8")}, opts...)...)
@@ -132,6 +133,7 @@ func clusterCheck(pod *corev1.Pod, nodes []NodeInfo, target string) string {
 }
 
 func TestClusterFilters(t *testing.T) {
+	t.Parallel()
 	zoneNode := func(name, zone string) *corev1.Node {
 		return mkNode(name, 8, 32, 0, nodeLabels(corev1.LabelTopologyZone, zone))
 	}
@@ -175,6 +177,7 @@ func TestClusterFilters(t *testing.T) {
 }
 
 func TestResourceRequests(t *testing.T) {
+	t.Parallel()
 	always := corev1.ContainerRestartPolicyAlways
 	cpu := func(q string) corev1.ResourceRequirements {
 		return corev1.ResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse(q)}}

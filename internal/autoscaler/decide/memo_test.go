@@ -45,6 +45,7 @@ func downSummary(p ScaleDownPlan) string {
 // appear and go away, and nodes change: the plans must be equal every time.
 // As tenant.PodIndex does, a node whose pods change gets a new slice.
 func TestMemoNeverChangesResult(t *testing.T) {
+	t.Parallel()
 	node := func(name string, gpus int64, rv string) *corev1.Node {
 		n := mkNode(name, 4, 64, gpus, nodeTaint("nvidia.com/gpu", "present", corev1.TaintEffectNoSchedule), nodeLabels(corev1.LabelTopologyZone, "z1"))
 		n.ResourceVersion = rv
@@ -127,6 +128,7 @@ func TestMemoNeverChangesResult(t *testing.T) {
 // TestMemoDropsGonePods checks the memo forgets pods that are no longer
 // bound, so it does not grow with the cluster's history.
 func TestMemoDropsGonePods(t *testing.T) {
+	t.Parallel()
 	memo := NewMemo()
 	pods := mkPods("p", 50, 100, 128, 0)
 	for _, p := range pods {
@@ -161,6 +163,7 @@ func TestMemoDropsGonePods(t *testing.T) {
 // slice: a new slice with a pod that has required anti-affinity is seen,
 // though the node and the slice's length are unchanged.
 func TestMemoNodeSeesNewPodSlice(t *testing.T) {
+	t.Parallel()
 	memo := NewMemo()
 	n := mkNode("n1", 4, 64, 8)
 	n.ResourceVersion = "1"

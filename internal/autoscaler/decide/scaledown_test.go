@@ -43,6 +43,7 @@ func removed(p ScaleDownPlan) string {
 }
 
 func TestScaleDown(t *testing.T) {
+	t.Parallel()
 	sys := func(p *corev1.Pod) { p.Namespace = metav1.NamespaceSystem }
 	emptyDir := func(medium corev1.StorageMedium) podOpt {
 		return func(p *corev1.Pod) {
@@ -221,6 +222,7 @@ func TestScaleDown(t *testing.T) {
 }
 
 func TestScaleDownRemovalDetails(t *testing.T) {
+	t.Parallel()
 	nodes := []NodeInfo{gpuNodeInfo("g1", mkPod("cpu-pod", 2000, 1024, 0), dsPod("device-plugin")), cpuNodeInfo("c1")}
 	pools := []Pool{{Name: "gpu", MaxSize: 4, Current: 1}, {Name: "cpu", MaxSize: 4, Current: 1, MinSize: 1}}
 	plan := ScaleDown(Snapshot{Nodes: nodes}, pools, map[string]time.Time{"g1": t0.Add(-time.Hour)}, t0)
@@ -235,6 +237,7 @@ func TestScaleDownRemovalDetails(t *testing.T) {
 }
 
 func TestScaleDownUnneededTime(t *testing.T) {
+	t.Parallel()
 	nodes := func(gpuPod bool) []NodeInfo {
 		var pods []*corev1.Pod
 		if gpuPod {
@@ -300,6 +303,7 @@ func TestScaleDownUnneededTime(t *testing.T) {
 }
 
 func TestScaleDownThreshold(t *testing.T) {
+	t.Parallel()
 	nodes := []NodeInfo{cpuNodeInfo("c1", mkPod("a", 5000, 1024, 0)), cpuNodeInfo("c2")}
 	since := map[string]time.Time{"c1": t0.Add(-time.Hour), "c2": t0.Add(-time.Hour)}
 	// 62.5% used: kept at the default threshold, a candidate at 0.7 (and its

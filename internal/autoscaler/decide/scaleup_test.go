@@ -11,6 +11,7 @@ import (
 )
 
 func TestScaleUpPacking(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name    string
 		pending []*corev1.Pod
@@ -324,6 +325,7 @@ func withPrice(p Pool, price float64) Pool { p.PricePerHour = price; return p }
 func withPriority(p Pool, prio int) Pool { p.Priority = prio; return p }
 
 func TestScaleUpUpcomingIsAnnotated(t *testing.T) {
+	t.Parallel()
 	plan := ScaleUp(Snapshot{Pending: mkPods("p", 1, 1000, 1024, 8, tolerateGPU())},
 		[]Pool{withUpcoming(gpuPool("gpu", 8, 0, 4), 1)}, Expander{}, t0)
 	if len(plan.Schedulable) != 1 || !plan.Schedulable[0].Upcoming || plan.Schedulable[0].Node != "upcoming-gpu-0" || plan.Schedulable[0].Pool != "gpu" {
@@ -332,6 +334,7 @@ func TestScaleUpUpcomingIsAnnotated(t *testing.T) {
 }
 
 func TestScaleUpNewSize(t *testing.T) {
+	t.Parallel()
 	plan := ScaleUp(Snapshot{Pending: mkPods("p", 2, 1000, 1024, 8, tolerateGPU())},
 		[]Pool{withUpcoming(gpuPool("gpu", 8, 2, 10), 1)}, Expander{}, t0)
 	if len(plan.Increases) != 1 || plan.Increases[0].NewSize != 4 || plan.Increases[0].Delta != 1 {
@@ -340,6 +343,7 @@ func TestScaleUpNewSize(t *testing.T) {
 }
 
 func TestExpanders(t *testing.T) {
+	t.Parallel()
 	// Three GPU instance types; the L4 pool does not have the memory the
 	// pod needs.
 	h100x8 := withPrice(gpuPool("h100x8", 8, 0, 10), 30)
@@ -379,6 +383,7 @@ func TestExpanders(t *testing.T) {
 }
 
 func TestRandomExpanderIsSeeded(t *testing.T) {
+	t.Parallel()
 	pools := []Pool{gpuPool("a", 8, 0, 10), gpuPool("b", 8, 0, 10), gpuPool("c", 8, 0, 10)}
 	chosen := map[string]bool{}
 	for seed := uint64(0); seed < 32; seed++ {
@@ -405,6 +410,7 @@ func TestRandomExpanderIsSeeded(t *testing.T) {
 }
 
 func TestCPUPodNeverGrowsGPUPool(t *testing.T) {
+	t.Parallel()
 	// The GPU pool's template tolerates everything (no taint), is cheaper
 	// per pod, has higher priority and would waste less cpu: the rule must
 	// still keep CPU-only pods off it.
@@ -454,6 +460,7 @@ func TestCPUPodNeverGrowsGPUPool(t *testing.T) {
 }
 
 func TestScaleUpWarnings(t *testing.T) {
+	t.Parallel()
 	plan := ScaleUp(Snapshot{Pending: mkPods("p", 1, 100, 64, 0)}, []Pool{{Name: "empty", MaxSize: 3}, cpuPool("cpu", 0, 3), cpuPool("cpu", 0, 3)}, Expander{}, t0)
 	if len(plan.Warnings) != 2 {
 		t.Fatalf("warnings = %v", plan.Warnings)
@@ -464,6 +471,7 @@ func TestScaleUpWarnings(t *testing.T) {
 }
 
 func TestScaleUpSkipsGatedAndTerminating(t *testing.T) {
+	t.Parallel()
 	gated := mkPod("gated", 100, 64, 0, func(p *corev1.Pod) { p.Spec.SchedulingGates = []corev1.PodSchedulingGate{{Name: "kueue"}} })
 	plan := ScaleUp(Snapshot{Pending: []*corev1.Pod{gated}}, []Pool{cpuPool("cpu", 0, 3)}, Expander{}, t0)
 	if len(plan.Increases) != 0 || reasonsOf(plan)["gated"] != reasonPodGated {

@@ -5,6 +5,7 @@ import "testing"
 // TestSchedulable: a Ready node still carrying start-up taints is capacity
 // for scale-up decisions but not for placing pods now.
 func TestSchedulable(t *testing.T) {
+	t.Parallel()
 	s := Snapshot{Nodes: []NodeInfo{{Ready: true}, {Ready: true, Starting: true}, {Ready: false}}}
 	got := s.Schedulable()
 	want := []bool{true, false, false}

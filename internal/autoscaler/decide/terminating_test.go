@@ -73,6 +73,7 @@ func awaiting(p ScaleUpPlan) string {
 // pool; past the deadline, or where the room would not be enough, Cluster
 // Autoscaler's semantics apply.
 func TestScaleUpAwaitsTerminatingPods(t *testing.T) {
+	t.Parallel()
 	soon := t0.Add(20 * time.Second)                         // deadline t0+35s
 	overdue := t0.Add(-TerminationMargin - time.Second)      // deadline passed
 	atDeadline := t0.Add(-TerminationMargin)                 // deadline == now: passed
@@ -248,6 +249,7 @@ func TestScaleUpAwaitsTerminatingPods(t *testing.T) {
 // TestTerminationDeadline: the deadline is deletionTimestamp plus the
 // margin; a pod that is not terminating has none.
 func TestTerminationDeadline(t *testing.T) {
+	t.Parallel()
 	if _, ok := TerminationDeadline(mkPod("p", 1, 1, 0)); ok {
 		t.Error("a pod that is not terminating has a deadline")
 	}
@@ -267,6 +269,7 @@ func ownedBy(uid string) podOpt { return podOwner("ReplicaSet", uid) }
 // until that time plus their grace period plus the margin, and pending
 // pods of a leaving controller trigger nothing.
 func TestScaleUpAwaitsPodsOfLeavingControllers(t *testing.T) {
+	t.Parallel()
 	left := t0.Add(-time.Second)                                      // deadline t0+44s (30 s grace)
 	longAgo := t0.Add(-defaultGracePeriod - TerminationMargin)        // deadline == now: passed
 	justInTime := t0.Add(-defaultGracePeriod - TerminationMargin + 1) // deadline 1 ns after now
@@ -412,6 +415,7 @@ func TestScaleUpAwaitsPodsOfLeavingControllers(t *testing.T) {
 // a leaving controller gets the time the controller left plus its grace
 // period plus the margin; others have none.
 func TestLeavingDeadline(t *testing.T) {
+	t.Parallel()
 	leaving := map[types.UID]time.Time{"old-rs": t0}
 	zero := func(p *corev1.Pod) { var s int64; p.Spec.TerminationGracePeriodSeconds = &s }
 	tests := []struct {
@@ -441,6 +445,7 @@ func TestLeavingDeadline(t *testing.T) {
 // being freed as any pod does, but grows no pool until its wait is over;
 // the plan lists it and rechecks when the first wait ends.
 func TestScaleUpAwaitingOwners(t *testing.T) {
+	t.Parallel()
 	soon := t0.Add(20 * time.Second) // terminating pods' deadline t0+35s
 	wait := t0.Add(5 * time.Second)
 	full := func(name string, n int, gpus int64, opts ...podOpt) []*corev1.Pod {

@@ -28,6 +28,7 @@ func tolerationsOf(spec corev1.PodSpec) string {
 // {<resource> Exists NoSchedule} per extended resource its containers or
 // init containers request, sorted, none twice, existing ones kept.
 func TestAddExtendedResourceTolerations(t *testing.T) {
+	t.Parallel()
 	gpu := corev1.ResourceList{"nvidia.com/gpu": qty("8")}
 	tests := []struct {
 		name string
