@@ -65,9 +65,9 @@ func registrySpec(p Paths, bin string, port int) (supervisor.Spec, error) {
 func pushSystemImages(ctx context.Context, host string, finder binaries.Finder, log *slog.Logger) {
 	pushed, err := image.EnsureSystemImages(ctx, image.Registry{Host: host}, finder, log)
 	// The builds held their layers in memory (the binaries, tarred and
-	// compressed): ~150 MB of garbage that the daemon, which allocates
-	// little afterwards, would otherwise keep mapped for its whole life
-	// (bench/README.md, "What the daemon keeps").
+	// compressed): garbage the size of the images, which the daemon, as it
+	// allocates little afterwards, would otherwise keep mapped for its
+	// whole life (bench/README.md, "What the daemon keeps").
 	debug.FreeOSMemory()
 	if err != nil {
 		log.Warn("some system images are not in the registry", "pushed", len(pushed), "error", err.Error())

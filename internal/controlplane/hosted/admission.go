@@ -21,11 +21,11 @@ const AnnotationStarted = "fke.dev/started-at"
 // DefaultMaxStarting is how many control planes start at once unless
 // Options.MaxStarting says otherwise. A plane's start is CPU-bound (its
 // API servers decode and cache every resource, its etcd members elect):
-// on a two-core management cluster ten at once did not converge (startup
-// probes killed API servers that were still starting). Two at a time
-// start in 40–53 s there (TestHostedRuntime). The bound paces starts; it
-// does not make room: ten queued one or two at a time did not converge
-// on two cores either, because ten idle tenants need about 1.8 cores
+// many at once on a small management cluster starve each other until
+// startup probes kill API servers that are still starting, and none
+// converges; two at a time converge there. The bound paces
+// starts; it does not make room: a management cluster whose CPU its idle
+// tenants already spend does not converge however the starts are queued
 // (bench/README).
 const DefaultMaxStarting = 2
 

@@ -14,14 +14,15 @@ import (
 // object: one unchanged since is applied again only after this long.
 //
 // The cluster controller calls Ensure every 500 ms while a plane starts
-// (StartPollInterval) and every 10 s once it runs; each call renders about ten objects, and a
-// server-side apply of an unchanged one still costs the management API
-// server a decode, a merge of the managed fields and a comparison. With
-// ten planes on a small management cluster those no-op applies were a
-// large share of its API server's CPU (bench/README). An object someone
-// else changed or deleted is put back within reapplyAfter; the runtime's
-// own writes other than applies (Stop, an upgrade's version, a removed
-// addon) forget the namespace, so its next Ensure applies everything.
+// (StartPollInterval) and every 10 s once it runs; each call renders about
+// ten objects, and a server-side apply of an unchanged one still costs the
+// management API server a decode, a merge of the managed fields and a
+// comparison. With many planes on a small management cluster those no-op
+// applies are a large share of its API server's CPU (bench/README). An
+// object someone else changed or deleted is put back within reapplyAfter;
+// the runtime's own writes other than applies (Stop, an upgrade's version,
+// a removed addon) forget the namespace, so its next Ensure applies
+// everything.
 const reapplyAfter = time.Minute
 
 // appliedSet remembers, per object, the hash of what was last applied and

@@ -240,12 +240,13 @@ func containerSecurity() *corev1.SecurityContext {
 // minutes. A live component is restarted after 3 minutes without an
 // answer, not kubeadm's 80 s: slow is not dead, and a restart on a
 // management cluster whose CPU is spent spends the component's start-up
-// CPU again (with 80 s, planes starting beside serving ones cost those
-// every replica; bench/README). Readiness is polled every 2 s where it
-// steers traffic (the API server's Service), every 10 s where it only
-// reports (etcd members, whose Service publishes addresses that are not
-// ready, kube-controller-manager, kube-scheduler, kwok): an idle tenant's
-// probes are a share of its CPU (bench/README).
+// CPU again: with a shorter limit, planes starting beside serving ones
+// get every replica of those restarted, which loads the cluster further
+// (bench/README). Readiness is polled every 2 s where it steers traffic
+// (the API server's Service), every 10 s where it only reports (etcd
+// members, whose Service publishes addresses that are not ready,
+// kube-controller-manager, kube-scheduler, kwok): an idle tenant's probes
+// are a share of its CPU (bench/README).
 type probeKind int
 
 const (
@@ -422,8 +423,8 @@ func spread(labels map[string]string) *corev1.Affinity {
 // running two at once. Upstream's defaults (15 s, 10 s, 2 s) make a
 // leader stop, and its container restart, when its API server has not
 // answered for 10 s: on a management cluster whose CPU is spent (many
-// planes starting), every slow moment restarted them, and each restart
-// spent its start-up CPU again. A leader here rides out 40 s of a slow
+// planes starting), every slow moment would restart them, and each restart
+// spends its start-up CPU again. A leader here rides out 40 s of a slow
 // API server and renews every 10 s instead of 2 s; the cost is a longer
 // handover when a leader dies without releasing its Lease (up to a
 // minute: kube-controller-manager releases it on exit only behind an

@@ -167,11 +167,11 @@ func schedulerArgs(l layout, s controlplane.Spec) []string {
 
 // componentGOGC is the Go garbage collector's target of every component
 // (GOGC; Go's default is 100): an idle tenant's heap is mostly long-lived
-// (the API server's OpenAPI models, schemes and caches: ~105 MB live), and
-// at 50 the heap grows to 1.5x of it instead of 2x. Measured on one idle
-// tenant: 517 -> 469 MB RSS, 272 -> 226 MB anonymous memory (what each more
-// tenant costs), create -> /readyz unchanged (bench/README.md). 25 saves
-// another ~30 MB but slows the API server's start by ~0.4 s.
+// (the API server's OpenAPI models, schemes and caches), and at 50 the
+// heap grows to 1.5x of it instead of 2x: each more tenant costs less
+// memory, and its time from create to /readyz does not change. Lower
+// values save a little more memory but slow the API server's start
+// (figures in bench/README.md).
 const componentGOGC = "50"
 
 // componentEnv is the environment of a component (see supervisor.GoEnv).

@@ -266,8 +266,8 @@ func (r *Runtime) startMissing(ctx context.Context, spec controlplane.Spec, layo
 		}
 		if (c == controlplane.ControllerManager || c == controlplane.Scheduler) && !r.apiServerServes(spec.Key) {
 			// Clients of the API server wait for it: started beside it,
-			// they take the CPU its start needs (on two cores, ~1 s of
-			// its ~3 s to /readyz) only to retry. The next Ensure (the
+			// they take the CPU its start needs (on a small machine, a
+			// large share of it) only to retry. The next Ensure (the
 			// cluster controller calls it every 200 ms until ready)
 			// starts them. An API server taken over from an earlier
 			// fke-manager serves already: its clients, most likely

@@ -19,10 +19,10 @@ import (
 //   - Combined: one fke-kube-plane process runs etcd, kube-apiserver,
 //     kube-controller-manager and kube-scheduler, upstream's code linked
 //     into one binary (cmd/fke-kube-plane). The four share one Go runtime and
-//     one copy of the API types: an idle tenant holds about 0.64× the
-//     memory of four processes (bench/README.md). It is built for the
-//     default Kubernetes version only, so its components are not upgraded
-//     one by one.
+//     one copy of the API types, so an idle tenant holds markedly less
+//     memory than the four would as separate processes (bench/README.md).
+//     It is built for the default Kubernetes version only, so its
+//     components are not upgraded one by one.
 //   - Separate: one process per component, each of its own version; the
 //     layout of planes on another version, of those upgraded from one, and
 //     of every plane unless OneProcessPlanes turned the combined one on.

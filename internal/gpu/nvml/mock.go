@@ -82,7 +82,8 @@ func NewMock(name, seed string) (*Mock, error) {
 
 // realBoards corrects the stock mocks where they differ from what the real
 // NVML reports for that board, so simulated nodes carry the labels real ones
-// do. Measured on an H200 SXM with driver 580.159 (TestRealMatchesMock).
+// do: the values are what NVML reports on an H200 SXM with driver 580.159,
+// and TestRealMatchesMock checks them against real hardware.
 var realBoards = map[string]struct {
 	name      string
 	memoryMiB uint64

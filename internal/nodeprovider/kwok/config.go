@@ -125,8 +125,8 @@ func ResourceMetricsPath(node string) string { return "/metrics/nodes/" + node +
 // container runtime, the system), and its kubelet reports that usage from
 // the start. kwok's node usage is the sum of its pods' alone, and
 // metrics-server drops a node whose CPU or memory usage is zero, so a kwok
-// node without pods had no NodeMetrics (`kubectl top nodes` showed
-// nothing). fke's Metric adds to the pods' usage the node's idle usage,
+// node without pods would have no NodeMetrics (`kubectl top nodes` would
+// show nothing). fke's Metric adds to the pods' usage the node's idle usage,
 // which the provider writes on each Node it makes (IdleUsage of the node's
 // capacity) and a user may change, quantities as in kwok's pod annotations.
 // A Node without them (made by an earlier fke) idles at the usage of an

@@ -21,8 +21,8 @@ import (
 // identity made of the host name and a random UUID, new for every process,
 // and it only plays a node's stages (the one that makes it Ready included)
 // while it holds that node's Lease. Two things delay a new kwok process on a
-// cluster whose Leases exist (measured: 20 nodes registered just before
-// fke-manager was killed stayed NotReady 45 s after its return):
+// cluster whose Leases exist, and its nodes stay NotReady meanwhile (for
+// longer than a lease duration after fke-manager restarts):
 //
 //   - A Lease held by another identity is taken over only once it has
 //     expired, renewTime + nodeLeaseDurationSeconds (40 s). When the kwok

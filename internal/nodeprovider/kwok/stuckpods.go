@@ -34,9 +34,9 @@ import (
 // sees between the resync and the Lease reaching its cache, is skipped
 // and gets no other event: a Pending pod is not written again until its
 // kubelet (here kwok) writes it, so it stays Pending, without a container
-// status, for as long as kwok runs (sigs.k8s.io/kwok v0.8.0, the latest;
-// TestPodsBindingWhileNodesRegister reproduces it with many nodes
-// registering while pods are bound to them). The Lease reaches kwok's
+// status, for as long as kwok runs (sigs.k8s.io/kwok v0.8.0, the version
+// fke pins; TestPodsBindingWhileNodesRegister reproduces it with many
+// nodes registering while pods are bound to them). The Lease reaches kwok's
 // cache up to a second or two after kwok creates it when the API server is
 // busy, long enough for the scheduler to bind a pod to the node kwok has
 // just made Ready.

@@ -51,9 +51,9 @@ const (
 // nodeGOGC is the Go garbage collector's target (GOGC) of a node's
 // containerd, kubelet and kube-proxy: most of an idle node's anonymous
 // memory is heap the runtime keeps between collections (GOGC=100 lets it
-// grow to twice the live heap). Measured with bench/localnode_test.go: the
-// node that ran the benchmark's pods 208 -> 197 MB RSS, fresh nodes 190 ->
-// 184-186 MB; 25 saves 2-4 MB more (bench/README.md).
+// grow to twice the live heap), and at 50 it grows to 1.5 times it, for a
+// little more collection work on processes that allocate little once
+// running. Lower values save little more (figures in bench/README.md).
 const nodeGOGC = "50"
 
 // nodeEnv is the environment of a node's processes (see supervisor.GoEnv).
