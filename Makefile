@@ -15,7 +15,7 @@ export CGO_CFLAGS ?= -O2 -g -Wno-deprecated-declarations
 BUILD_TAGS := kustomize_disable_go_plugin_support
 export GOFLAGS := $(strip $(GOFLAGS) -tags=$(BUILD_TAGS))
 
-.PHONY: help all build binaries demo-binaries release docs generate chart-crds generate-tenant-crds manifests test test-unit test-integration test-e2e demo bench vet clean
+.PHONY: help all build binaries demo-binaries release docs lint generate chart-crds generate-tenant-crds manifests test test-unit test-integration test-e2e demo bench vet clean
 
 help: ## list the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
@@ -84,6 +84,12 @@ generate-tenant-crds: $(CONTROLLER_GEN) ## regenerate the tenant-side CRDs (Prov
 vet: ## go vet
 	$(GO) vet ./...
 
+# The rest of the lint runs as tests (internal/layers: the import direction,
+# one name per import, function length; docs: links; cli: the reference).
+lint: vet ## gofmt and go vet over every package, before the tests
+	@bad=$$(gofmt -l $$(git ls-files '*.go')); \
+	if [ -n "$$bad" ]; then echo "not gofmt-formatted (run gofmt -w):"; echo "$$bad"; exit 1; fi
+
 test-unit: ## unit tests (no upstream binaries needed)
 	$(GO) test -count=1 ./api/... ./internal/... ./cmd/... ./charts/...
 
@@ -91,7 +97,7 @@ test-unit: ## unit tests (no upstream binaries needed)
 # longest package: they run in a go test of their own, started beside the
 # one of every other package, so that they do not wait for a free slot.
 # Their lines are prefixed [localnode]; the target fails if either fails.
-test: build binaries ## every test: unit, integration and e2e against the real binaries
+test: lint build binaries ## every test: unit, integration and e2e against the real binaries
 	cd cmd/fke-kube-plane && CGO_ENABLED=0 $(GO) test -trimpath -count=1 ./...
 	@set -o pipefail; \
 	( $(GO) test -count=1 -timeout 45m ./test/localnode/ 2>&1 | sed -u 's/^/[localnode] /' ) & localnode=$$!; \
