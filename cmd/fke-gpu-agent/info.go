@@ -3,12 +3,13 @@ package main
 import (
 	"context"
 	"encoding/json"
-	gpuconfig "fke.dev/fke/internal/gpu/config"
-	"fke.dev/fke/internal/gpu/hostlib"
-	"fke.dev/fke/internal/gpu/nvml"
 	"fmt"
 	"io"
 	"text/tabwriter"
+
+	gpuconfig "fke.dev/fke/internal/gpu/config"
+	"fke.dev/fke/internal/gpu/hostlib"
+	"fke.dev/fke/internal/gpu/nvml"
 )
 
 type infoDoc struct {

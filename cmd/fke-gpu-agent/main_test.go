@@ -3,9 +3,10 @@ package main
 import (
 	"bytes"
 	"encoding/json"
-	gpuconfig "fke.dev/fke/internal/gpu/config"
 	"strings"
 	"testing"
+
+	gpuconfig "fke.dev/fke/internal/gpu/config"
 )
 
 func execute(t *testing.T, args ...string) (string, error) {

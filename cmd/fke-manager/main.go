@@ -17,7 +17,7 @@ import (
 	fkev1 "fke.dev/fke/api/v1alpha1"
 	"fke.dev/fke/internal/binaries"
 	"fke.dev/fke/internal/controlplane/hosted"
-	"fke.dev/fke/internal/localplane"
+	"fke.dev/fke/internal/managementplane"
 	"fke.dev/fke/internal/manager"
 )
 
@@ -47,7 +47,7 @@ func parseFlags(args []string) (manager.Options, error) {
 	fs := flag.NewFlagSet("fke-manager", flag.ContinueOnError)
 	var binDir, runtimes, providers string
 	fs.StringVar(&opts.Kubeconfig, "kubeconfig", os.Getenv("KUBECONFIG"), "kubeconfig of the management API (empty: the pod's service account)")
-	fs.StringVar(&opts.DataDir, "data-dir", localplane.DefaultDataDir(), "directory for tenant control-plane data")
+	fs.StringVar(&opts.DataDir, "data-dir", managementplane.DefaultDataDir(), "directory for tenant control-plane data")
 	fs.StringVar(&binDir, "bin-dir", os.Getenv(binaries.EnvDir), "directory of the upstream binaries")
 	fs.StringVar(&opts.HealthAddr, "health-addr", ":8081", "address of /healthz and /readyz")
 	fs.StringVar(&opts.MetricsAddr, "metrics-addr", ":8080", "address of /metrics (0 disables)")

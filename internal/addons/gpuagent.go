@@ -22,13 +22,13 @@ import (
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/yaml"
 
+	"fke.dev/fke/internal/gpu/agentrbac"
 	gpuconfig "fke.dev/fke/internal/gpu/config"
-	"fke.dev/fke/internal/gpu/deploy"
 )
 
 // GPU agent objects: one DaemonSet and ConfigMap per pool, named
 // fke-gpu-agent-<pool>, in kube-system; the ServiceAccount, RBAC and the
-// own-Node policy (deploy.RBAC) are shared by the cluster's pools.
+// own-Node policy (agentrbac.RBAC) are shared by the cluster's pools.
 const (
 	GPUAgentName        = "fke-gpu-agent"
 	gpuAgentConfigKey   = "config.yaml"
@@ -87,7 +87,7 @@ func GPUAgentConfig(o GPUAgentOptions) ([]byte, error) {
 	return yaml.Marshal(cfg)
 }
 
-// gpuAgentRBAC maps the kinds of deploy.RBAC to their resources.
+// gpuAgentRBAC maps the kinds of agentrbac.RBAC to their resources.
 var gpuAgentRBAC = map[string]schema.GroupVersionResource{
 	"ServiceAccount":                   {Version: "v1", Resource: "serviceaccounts"},
 	"ClusterRole":                      {Group: "rbac.authorization.k8s.io", Version: "v1", Resource: "clusterroles"},
@@ -118,7 +118,7 @@ func EnsureGPUAgent(ctx context.Context, cfg *rest.Config, o GPUAgentOptions) er
 		return fmt.Errorf("GPU agent: %w", err)
 	}
 	apply := metav1.ApplyOptions{FieldManager: FieldManager, Force: true}
-	for _, doc := range bytes.Split(deploy.RBAC, []byte("\n---\n")) {
+	for _, doc := range bytes.Split(agentrbac.RBAC, []byte("\n---\n")) {
 		u := &unstructured.Unstructured{}
 		if err := yaml.Unmarshal(doc, &u.Object); err != nil {
 			return fmt.Errorf("GPU agent RBAC: %w", err)

@@ -8,7 +8,7 @@ import (
 
 	"fke.dev/fke/internal/binaries"
 	"fke.dev/fke/internal/image"
-	"fke.dev/fke/internal/localplane"
+	"fke.dev/fke/internal/managementplane"
 	"fke.dev/fke/internal/nodejoin"
 	"fke.dev/fke/internal/versions"
 )
@@ -24,7 +24,7 @@ func newImageCmd(g *globals) *cobra.Command {
 
 // registry returns the registry of the running management plane.
 func (g *globals) registry() (image.Registry, error) {
-	st, err := localplane.ReadState(g.dataDir)
+	st, err := managementplane.ReadState(g.dataDir)
 	if err != nil {
 		return image.Registry{}, err
 	}

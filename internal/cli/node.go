@@ -22,7 +22,7 @@ import (
 	fkev1 "fke.dev/fke/api/v1alpha1"
 	"fke.dev/fke/internal/bootstrap"
 	"fke.dev/fke/internal/hostnet"
-	"fke.dev/fke/internal/localplane"
+	"fke.dev/fke/internal/managementplane"
 	"fke.dev/fke/internal/manager"
 	"fke.dev/fke/internal/nodejoin"
 	"fke.dev/fke/internal/nodeprovider"
@@ -144,7 +144,7 @@ func newNodeBootstrapFileCmd(g *globals) *cobra.Command {
 				Token: token, TokenExpires: &metav1.Time{Time: expires}, ClusterDNS: dns, PodCIDR: cl.Spec.Network.PodCIDR,
 			}
 			// The registry as nodes reach it, when fke runs one.
-			if st, err := localplane.ReadState(g.dataDir); err == nil && st.Registry != "" {
+			if st, err := managementplane.ReadState(g.dataDir); err == nil && st.Registry != "" {
 				if bf.Registry, err = nodejoin.NodeRegistry(st.Registry); err != nil {
 					return err
 				}

@@ -16,7 +16,7 @@ import (
 
 	"fke.dev/fke/internal/binaries"
 	"fke.dev/fke/internal/controller/cluster"
-	"fke.dev/fke/internal/localplane"
+	"fke.dev/fke/internal/managementplane"
 	"fke.dev/fke/internal/manager"
 )
 
@@ -45,7 +45,7 @@ func newUpCmd(g *globals) *cobra.Command {
 				env = append(env, binaries.EnvDir+"="+g.binDir)
 			}
 			fmt.Fprintf(g.out, "Starting the fke management plane in %s\n", g.dataDir)
-			st, started, err := localplane.Up(cmd.Context(), localplane.UpOptions{
+			st, started, err := managementplane.Up(cmd.Context(), managementplane.UpOptions{
 				DataDir: g.dataDir, Self: self, Env: env, Timeout: timeout, Progress: g.out, WarmPool: warm,
 				OneProcessPlanes: oneProcess,
 			})
@@ -79,7 +79,7 @@ func newDownCmd(g *globals) *cobra.Command {
 		Short: "Stop the local management plane and every cluster it runs",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			err := localplane.Down(cmd.Context(), g.dataDir, false)
+			err := managementplane.Down(cmd.Context(), g.dataDir, false)
 			if rerr := removeLocalNodes(cmd.Context(), g); rerr != nil {
 				return rerr
 			}
@@ -87,13 +87,13 @@ func newDownCmd(g *globals) *cobra.Command {
 				if perr := os.RemoveAll(g.dataDir); perr != nil {
 					return fmt.Errorf("removing %s: %w", g.dataDir, perr)
 				}
-				if errors.Is(err, localplane.ErrNotRunning) {
+				if errors.Is(err, managementplane.ErrNotRunning) {
 					fmt.Fprintf(g.out, "removed %s\n", g.dataDir)
 					return nil
 				}
 			}
 			switch {
-			case errors.Is(err, localplane.ErrNotRunning):
+			case errors.Is(err, managementplane.ErrNotRunning):
 				fmt.Fprintf(g.out, "fke is not running in %s\n", g.dataDir)
 				return nil
 			case err != nil:
@@ -116,7 +116,7 @@ func newStatusCmd(g *globals) *cobra.Command {
 		Short: "Show the local management plane",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			st, err := localplane.ReadState(g.dataDir)
+			st, err := managementplane.ReadState(g.dataDir)
 			if err != nil {
 				return err
 			}
@@ -130,7 +130,7 @@ func newStatusCmd(g *globals) *cobra.Command {
 			fmt.Fprintln(tw, "COMPONENT\tPID\tREADY\tRESTARTS\tMEMORY")
 			for _, c := range st.Components {
 				mem := "-"
-				if b, ok := localplane.RSS(c.PID); ok {
+				if b, ok := managementplane.RSS(c.PID); ok {
 					mem = fmt.Sprintf("%d MiB", b>>20)
 				}
 				fmt.Fprintf(tw, "%s\t%d\t%t\t%s\t%s\n", c.Name, c.PID, c.Ready, strconv.Itoa(c.Restarts), mem)
@@ -158,7 +158,7 @@ func newDaemonCmd(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			return localplane.Daemon(cmd.Context(), localplane.DaemonOptions{
+			return managementplane.Daemon(cmd.Context(), managementplane.DaemonOptions{
 				DataDir: g.dataDir, Binaries: g.finder(), Self: self, Logger: newLogger(g.errOut), WarmPool: warm,
 				OneProcessPlanes: oneProcess,
 			})

@@ -19,7 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"fke.dev/fke/internal/binaries"
-	"fke.dev/fke/internal/localplane"
+	"fke.dev/fke/internal/managementplane"
 	"fke.dev/fke/internal/manager"
 )
 
@@ -53,7 +53,7 @@ func NewRoot() *cobra.Command {
 			g.out, g.errOut = cmd.OutOrStdout(), cmd.ErrOrStderr()
 		},
 	}
-	root.PersistentFlags().StringVar(&g.dataDir, "data-dir", localplane.DefaultDataDir(), "directory of the local management plane (env "+localplane.EnvHome+")")
+	root.PersistentFlags().StringVar(&g.dataDir, "data-dir", managementplane.DefaultDataDir(), "directory of the local management plane (env "+managementplane.EnvHome+")")
 	root.PersistentFlags().StringVar(&g.binDir, "bin-dir", os.Getenv(binaries.EnvDir), "directory of the upstream binaries (env "+binaries.EnvDir+"; default: next to fke, then ./_output/bin)")
 	root.PersistentFlags().StringVar(&g.kubeconfig, "kubeconfig", "", "kubeconfig of the management API, for fke-manager installed on a Kubernetes cluster with the Helm chart (default: the local management plane's)")
 	root.PersistentFlags().StringVarP(&g.namespace, "namespace", "n", "default", "management namespace of clusters and node pools")
@@ -84,10 +84,10 @@ func (g *globals) finder() binaries.Finder { return binaries.Finder{Dir: g.binDi
 func (g *globals) restConfig() (*rest.Config, error) {
 	path := g.kubeconfig
 	if path == "" {
-		if _, err := localplane.ReadState(g.dataDir); err != nil {
+		if _, err := managementplane.ReadState(g.dataDir); err != nil {
 			return nil, err
 		}
-		path = localplane.Paths{Dir: g.dataDir}.Kubeconfig()
+		path = managementplane.Paths{Dir: g.dataDir}.Kubeconfig()
 	}
 	cfg, err := clientcmd.BuildConfigFromFlags("", path)
 	if err != nil {

@@ -135,7 +135,7 @@ const MaxFuncLines = 120
 // longFuncs are the functions allowed past MaxFuncLines, with why.
 var longFuncs = map[string]string{
 	"internal/manager/manager.go:Run":                    "wires every controller, runtime and provider into the manager, one after the other",
-	"internal/localplane/daemon.go:Daemon":               "the management plane's start order, step by step, each step's error named",
+	"internal/managementplane/daemon.go:Daemon":          "the management plane's start order, step by step, each step's error named",
 	"cmd/fke-gpu-agent/run.go:runAgent":                  "the agent's start: configuration, NVML, device plugin, labels, health and metrics, in order",
 	"internal/controlplane/hosted/render.go:etcdCluster": "one declarative manifest (a StatefulSet and its Services)",
 }

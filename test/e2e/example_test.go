@@ -15,7 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
-	"fke.dev/fke/internal/localplane"
+	"fke.dev/fke/internal/managementplane"
 	"fke.dev/fke/test/testenv"
 )
 
@@ -104,7 +104,7 @@ func TestModelServingExample(t *testing.T) {
 		if err := os.WriteFile(path, []byte(manifest), 0o644); err != nil {
 			t.Fatal(err)
 		}
-		kubectl := exec.Command(filepath.Join(e.BinDir, "kubectl"), "--kubeconfig", localplane.Paths{Dir: e.DataDir}.Kubeconfig(), "apply", "-f", path)
+		kubectl := exec.Command(filepath.Join(e.BinDir, "kubectl"), "--kubeconfig", managementplane.Paths{Dir: e.DataDir}.Kubeconfig(), "apply", "-f", path)
 		if out, err := kubectl.CombinedOutput(); err != nil {
 			t.Fatalf("kubectl apply: %v\n%s", err, out)
 		}

@@ -17,7 +17,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"fke.dev/fke/internal/encryption"
-	"fke.dev/fke/internal/localplane"
+	"fke.dev/fke/internal/managementplane"
 	"fke.dev/fke/internal/pki"
 	"fke.dev/fke/test/testenv"
 )
@@ -61,7 +61,7 @@ func TestSecretsEncryptedAtRest(t *testing.T) {
 	}
 
 	for _, path := range []string{
-		localplane.Paths{Dir: e.DataDir}.EncryptionConfig(),
+		managementplane.Paths{Dir: e.DataDir}.EncryptionConfig(),
 		filepath.Join(e.ClusterDir("vault"), "pki", encryption.ConfigFile),
 	} {
 		fi, err := os.Stat(path)

@@ -18,7 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	fkev1 "fke.dev/fke/api/v1alpha1"
-	"fke.dev/fke/internal/localplane"
+	"fke.dev/fke/internal/managementplane"
 	"fke.dev/fke/internal/pki"
 	"fke.dev/fke/internal/supervisor"
 )
@@ -36,7 +36,7 @@ type ManagementPorts struct {
 func (e *Env) ManagementPorts() ManagementPorts {
 	e.T.Helper()
 	var p ManagementPorts
-	data, err := os.ReadFile(localplane.Paths{Dir: e.DataDir}.Ports())
+	data, err := os.ReadFile(managementplane.Paths{Dir: e.DataDir}.Ports())
 	if err == nil {
 		err = json.Unmarshal(data, &p)
 	}
@@ -129,7 +129,7 @@ func (e *Env) Etcd(name string) *clientv3.Client {
 	var pkiDir string
 	var port int
 	if name == "" {
-		pkiDir, port = localplane.Paths{Dir: e.DataDir}.PKI(), e.ManagementPorts().EtcdClient
+		pkiDir, port = managementplane.Paths{Dir: e.DataDir}.PKI(), e.ManagementPorts().EtcdClient
 	} else {
 		pkiDir, port = filepath.Join(e.ClusterDir(name), "pki"), int(e.Cluster(name).Status.Ports.EtcdClient)
 	}
@@ -167,7 +167,7 @@ func (e *Env) etcdTLS(pkiDir, base string) (*tls.Config, error) {
 // key pair base (for example pki.EtcdPeer).
 func (e *Env) EtcdTLS(name, base string) *tls.Config {
 	e.T.Helper()
-	dir := localplane.Paths{Dir: e.DataDir}.PKI()
+	dir := managementplane.Paths{Dir: e.DataDir}.PKI()
 	if name != "" {
 		dir = filepath.Join(e.ClusterDir(name), "pki")
 	}

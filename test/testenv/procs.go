@@ -13,7 +13,7 @@ import (
 
 	"fke.dev/fke/internal/controlplane"
 	"fke.dev/fke/internal/controlplane/local"
-	"fke.dev/fke/internal/localplane"
+	"fke.dev/fke/internal/managementplane"
 )
 
 // Proc is a process found in /proc.
@@ -51,7 +51,7 @@ func FindProcs(needles ...string) []Proc {
 }
 
 // Alive reports whether pid runs (a zombie does not).
-func Alive(pid int) bool { return localplane.Alive(pid) }
+func Alive(pid int) bool { return managementplane.Alive(pid) }
 
 // ListeningAddrs returns the TCP addresses ("127.0.0.1:8443", "[::]:80")
 // on which process pid listens, sorted.

@@ -25,7 +25,7 @@ import (
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"fke.dev/fke/internal/binaries"
-	"fke.dev/fke/internal/localplane"
+	"fke.dev/fke/internal/managementplane"
 	"fke.dev/fke/internal/manager"
 )
 
@@ -163,7 +163,7 @@ func (e *Env) Run(args ...string) (string, error) {
 	cmd := exec.CommandContext(ctx, e.Fke, append([]string{"--data-dir", e.DataDir, "--bin-dir", e.BinDir}, args...)...)
 	// Only the flags choose the data and binary directories.
 	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, binaries.EnvDir+"=") && !strings.HasPrefix(kv, localplane.EnvHome+"=") {
+		if !strings.HasPrefix(kv, binaries.EnvDir+"=") && !strings.HasPrefix(kv, managementplane.EnvHome+"=") {
 			cmd.Env = append(cmd.Env, kv)
 		}
 	}
@@ -204,7 +204,7 @@ func (e *Env) RunFail(args ...string) string {
 // ManagementConfig returns the management API's rest config.
 func (e *Env) ManagementConfig() *rest.Config {
 	e.T.Helper()
-	cfg, err := clientcmd.BuildConfigFromFlags("", localplane.Paths{Dir: e.DataDir}.Kubeconfig())
+	cfg, err := clientcmd.BuildConfigFromFlags("", managementplane.Paths{Dir: e.DataDir}.Kubeconfig())
 	if err != nil {
 		e.T.Fatal(err)
 	}
@@ -248,9 +248,9 @@ func (e *Env) Tenant(name string) kubernetes.Interface {
 }
 
 // State returns the daemon's state.
-func (e *Env) State() localplane.State {
+func (e *Env) State() managementplane.State {
 	e.T.Helper()
-	st, err := localplane.ReadState(e.DataDir)
+	st, err := managementplane.ReadState(e.DataDir)
 	if err != nil {
 		e.T.Fatal(err)
 	}

@@ -1,13 +1,14 @@
 package deviceplugin
 
 import (
-	gpuconfig "fke.dev/fke/internal/gpu/config"
-	"fke.dev/fke/internal/gpu/driver"
-	"fke.dev/fke/internal/gpu/nvml"
 	"fmt"
 	"reflect"
 	"strings"
 	"testing"
+
+	gpuconfig "fke.dev/fke/internal/gpu/config"
+	"fke.dev/fke/internal/gpu/driver"
+	"fke.dev/fke/internal/gpu/nvml"
 )
 
 func gpus(n int) []nvml.Device {

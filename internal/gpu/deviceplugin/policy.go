@@ -1,9 +1,10 @@
 package deviceplugin
 
 import (
-	gpuconfig "fke.dev/fke/internal/gpu/config"
 	"fmt"
 	"sort"
+
+	gpuconfig "fke.dev/fke/internal/gpu/config"
 )
 
 // Request is one container's preferred-allocation request.

@@ -11,11 +11,12 @@
 package deviceplugin
 
 import (
-	gpuconfig "fke.dev/fke/internal/gpu/config"
-	"fke.dev/fke/internal/gpu/nvml"
 	"fmt"
 	"sort"
 	"strings"
+
+	gpuconfig "fke.dev/fke/internal/gpu/config"
+	"fke.dev/fke/internal/gpu/nvml"
 )
 
 // GPUResource is the resource name of whole GPUs.

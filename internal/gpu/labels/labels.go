@@ -6,12 +6,13 @@
 package labels
 
 import (
-	gpuconfig "fke.dev/fke/internal/gpu/config"
-	"fke.dev/fke/internal/gpu/nvml"
 	"fmt"
 	"sort"
 	"strconv"
 	"strings"
+
+	gpuconfig "fke.dev/fke/internal/gpu/config"
+	"fke.dev/fke/internal/gpu/nvml"
 )
 
 // Prefix is the prefix of the GFD-compatible labels this package sets.

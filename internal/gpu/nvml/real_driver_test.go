@@ -3,15 +3,16 @@ package nvml_test
 import (
 	"context"
 	"errors"
-	gpuconfig "fke.dev/fke/internal/gpu/config"
-	"fke.dev/fke/internal/gpu/labels"
-	"fke.dev/fke/internal/gpu/nvml"
-	"fke.dev/fke/internal/gpu/nvml/nvmltest"
 	"os/exec"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	gpuconfig "fke.dev/fke/internal/gpu/config"
+	"fke.dev/fke/internal/gpu/labels"
+	"fke.dev/fke/internal/gpu/nvml"
+	"fke.dev/fke/internal/gpu/nvml/nvmltest"
 )
 
 // smiGPU is one row of nvidia-smi's query output.

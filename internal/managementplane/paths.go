@@ -1,7 +1,7 @@
-// Package localplane runs the local management plane behind `fke up`: a
+// Package managementplane runs the local management plane behind `fke up`: a
 // background daemon that supervises the management etcd, kube-apiserver and
 // fke-manager, installs the fke.dev CRDs and writes the management kubeconfig.
-package localplane
+package managementplane
 
 import (
 	"os"

@@ -1,4 +1,4 @@
-package localplane
+package managementplane
 
 import (
 	"context"

@@ -1,7 +1,7 @@
-// Package deploy holds the Kubernetes manifests the GPU agent needs in a
+// Package agentrbac holds the Kubernetes manifests the GPU agent needs in a
 // tenant cluster: RBAC and the ValidatingAdmissionPolicy that limits the
 // agent to its own Node.
-package deploy
+package agentrbac
 
 import _ "embed"
 
