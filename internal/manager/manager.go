@@ -230,7 +230,7 @@ func Run(ctx context.Context, opts Options) error {
 	if rt != nil {
 		runtimes[fkev1.RuntimeLocal] = rt
 	}
-	var kwokWorkloads kwok.Workloads // the kwok of hosted clusters
+	var kwokWorkloads controlplane.KwokWorkloads // the kwok of hosted clusters
 	if enabled(opts.Runtimes, fkev1.RuntimeHosted) {
 		h, err := hostedRuntime(cfg, scheme, opts.Hosted, log)
 		if err != nil {

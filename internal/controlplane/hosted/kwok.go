@@ -13,18 +13,18 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"fke.dev/fke/internal/controlplane"
 	"fke.dev/fke/internal/image"
-	"fke.dev/fke/internal/nodeprovider/kwok"
 )
 
 // KwokName names the Deployment and the Secret of a hosted cluster's kwok.
 const KwokName = "kwok"
 
-var _ kwok.Workloads = (*Runtime)(nil)
+var _ controlplane.KwokWorkloads = (*Runtime)(nil)
 
 // RunKwok runs the kwok of the cluster with key as a Deployment of one
 // replica in the cluster's namespace, its files in a Secret (see
-// kwok.Workloads). A change of the files rolls it.
+// controlplane.KwokWorkloads). A change of the files rolls it.
 func (r *Runtime) RunKwok(ctx context.Context, key string, files map[string][]byte, args []string) error {
 	ns := Namespace(key)
 	if err := r.c.Get(ctx, client.ObjectKey{Name: ns}, &corev1.Namespace{}); err != nil {
@@ -39,15 +39,15 @@ func (r *Runtime) RunKwok(ctx context.Context, key string, files map[string][]by
 }
 
 // kwokDeployment renders kwok's Deployment: files from the Secret under
-// kwok.WorkloadDir, /healthz on kwok.WorkloadPort for its probes. One
+// controlplane.KwokWorkloadDir, /healthz on controlplane.KwokWorkloadPort for its probes. One
 // replica, replaced (never two kwoks playing the same nodes).
 func kwokDeployment(ns, img string, args []string, hash string, keys []string) *appsv1.Deployment {
 	return workload{
 		name: KwokName, labels: componentLabels(KwokName), image: img, command: image.Kwok.Path, args: args,
-		port: corev1.ContainerPort{Name: "kubelet", ContainerPort: kwok.WorkloadPort}, mountDir: kwok.WorkloadDir,
+		port: corev1.ContainerPort{Name: "kubelet", ContainerPort: controlplane.KwokWorkloadPort}, mountDir: controlplane.KwokWorkloadDir,
 		// kwok keeps its own files under $HOME/.kwok.
 		env:    []corev1.EnvVar{{Name: "HOME", Value: "/tmp"}},
-		health: &corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/healthz", Port: intstr.FromInt32(kwok.WorkloadPort)}},
+		health: &corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/healthz", Port: intstr.FromInt32(controlplane.KwokWorkloadPort)}},
 		hash:   hash, keys: keys,
 	}.deployment(ns)
 }

@@ -4,9 +4,8 @@ import (
 	"slices"
 	"testing"
 
+	"fke.dev/fke/internal/controlplane"
 	appsv1 "k8s.io/api/apps/v1"
-
-	"fke.dev/fke/internal/nodeprovider/kwok"
 )
 
 // TestKwokDeployment: one kwok at a time (Recreate), its files read-only
@@ -29,12 +28,12 @@ func TestKwokDeployment(t *testing.T) {
 		t.Error("kwok gets a token of the management cluster")
 	}
 	for _, p := range []string{c.StartupProbe.HTTPGet.Path, c.LivenessProbe.HTTPGet.Path, c.ReadinessProbe.HTTPGet.Path} {
-		if p != "/healthz" || c.ReadinessProbe.HTTPGet.Port.IntValue() != kwok.WorkloadPort {
-			t.Errorf("probe %s on %v, want /healthz on %d", p, c.ReadinessProbe.HTTPGet.Port, kwok.WorkloadPort)
+		if p != "/healthz" || c.ReadinessProbe.HTTPGet.Port.IntValue() != controlplane.KwokWorkloadPort {
+			t.Errorf("probe %s on %v, want /healthz on %d", p, c.ReadinessProbe.HTTPGet.Port, controlplane.KwokWorkloadPort)
 		}
 	}
 	vol := pod.Volumes[0].Secret
-	if vol == nil || vol.SecretName != KwokName || len(vol.Items) != 2 || c.VolumeMounts[0].MountPath != kwok.WorkloadDir || !c.VolumeMounts[0].ReadOnly {
+	if vol == nil || vol.SecretName != KwokName || len(vol.Items) != 2 || c.VolumeMounts[0].MountPath != controlplane.KwokWorkloadDir || !c.VolumeMounts[0].ReadOnly {
 		t.Errorf("files: volume %+v mounted %+v", pod.Volumes[0], c.VolumeMounts)
 	}
 	if d.Spec.Template.Annotations[AnnotationSecretHash] != "h1" {

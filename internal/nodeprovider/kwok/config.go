@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 
+	"fke.dev/fke/internal/controlplane"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/client-go/rest"
@@ -353,17 +354,17 @@ func args(kubeconfigPath, configPath, serverHost string, serverPort int, certFil
 	return out
 }
 
-// Files of kwok in a workload, under WorkloadDir.
+// Files of kwok in a workload, under controlplane.KwokWorkloadDir.
 const (
 	workloadKubeconfig = "kubeconfig"
 	workloadConfig     = "kwok.yaml"
 )
 
 // workloadArgs returns kwok's command line in a workload: files under
-// WorkloadDir, the kubelet API of its nodes served on the pod's
-// WorkloadPort (kwok's self-signed certificate), /healthz for the probes.
+// controlplane.KwokWorkloadDir, the kubelet API of its nodes served on the pod's
+// controlplane.KwokWorkloadPort (kwok's self-signed certificate), /healthz for the probes.
 func workloadArgs() []string {
-	return args(WorkloadDir+"/"+workloadKubeconfig, WorkloadDir+"/"+workloadConfig, "0.0.0.0", WorkloadPort, "", "")
+	return args(controlplane.KwokWorkloadDir+"/"+workloadKubeconfig, controlplane.KwokWorkloadDir+"/"+workloadConfig, "0.0.0.0", controlplane.KwokWorkloadPort, "", "")
 }
 
 // kubeconfigFor renders cfg (a tenant's admin rest.Config) as a kubeconfig.

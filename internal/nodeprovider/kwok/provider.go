@@ -28,6 +28,7 @@ import (
 
 	fkev1 "fke.dev/fke/api/v1alpha1"
 	"fke.dev/fke/internal/binaries"
+	"fke.dev/fke/internal/controlplane"
 	"fke.dev/fke/internal/nodeprovider"
 	"fke.dev/fke/internal/supervisor"
 )
@@ -82,31 +83,13 @@ type Options struct {
 	StartTimeout time.Duration
 	// Workloads runs the kwok of hosted clusters (nodeprovider.Cluster.Hosted)
 	// in the management cluster; nil refuses hosted clusters.
-	Workloads Workloads
+	Workloads controlplane.KwokWorkloads
 	// StuckPodAfter is how long a pod bound to a kwok node may stay
 	// Pending without a container status before the provider re-drives it
 	// (see stuckpods.go; default DefaultStuckPodAfter). Negative turns
 	// re-driving off.
 	StuckPodAfter time.Duration
 }
-
-// Workloads runs a cluster's kwok as a workload of the management cluster,
-// next to its hosted control plane (the hosted runtime implements it).
-type Workloads interface {
-	// RunKwok makes kwok run for the cluster with key, with files (by
-	// name, mounted read-only in one directory, WorkloadDir) and args.
-	// Idempotent: it returns once what runs it is applied, without
-	// waiting for kwok to serve.
-	RunKwok(ctx context.Context, key string, files map[string][]byte, args []string) error
-	// StopKwok removes it; nothing to remove is no error.
-	StopKwok(ctx context.Context, key string) error
-}
-
-// Where kwok finds its files and serves in a workload (see Workloads).
-const (
-	WorkloadDir  = "/etc/kwok"
-	WorkloadPort = 10247
-)
 
 // Provider is the kwok node provider. Its methods are safe for concurrent use.
 type Provider struct {

@@ -10,6 +10,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"fke.dev/fke/internal/controlplane"
 	"fke.dev/fke/internal/nodeprovider"
 )
 
@@ -71,7 +72,7 @@ func TestHostedClusterRunsKwokAsAWorkload(t *testing.T) {
 	if !strings.Contains(string(w.runs[0][workloadConfig]), "10.200.0.0/16") {
 		t.Errorf("kwok configuration lacks the pod range:\n%s", w.runs[0][workloadConfig])
 	}
-	for _, want := range []string{"--kubeconfig=" + WorkloadDir + "/" + workloadKubeconfig, "--config=" + WorkloadDir + "/" + workloadConfig, "--server-address=0.0.0.0:10247"} {
+	for _, want := range []string{"--kubeconfig=" + controlplane.KwokWorkloadDir + "/" + workloadKubeconfig, "--config=" + controlplane.KwokWorkloadDir + "/" + workloadConfig, "--server-address=0.0.0.0:10247"} {
 		if !slices.Contains(w.args[0], want) {
 			t.Errorf("args %v lack %s", w.args[0], want)
 		}
