@@ -94,18 +94,21 @@ lint: vet ## gofmt and go vet over every package, before the tests
 test-unit: ## unit tests (no upstream binaries needed)
 	$(GO) test -count=1 ./api/... ./internal/... ./cmd/... ./charts/...
 
-# The local-node tests (test/localnode: real kubelets, one at a time) are the
-# longest package: they run in a go test of their own, started beside the
-# one of every other package, so that they do not wait for a free slot.
-# Their lines are prefixed [localnode]; the target fails if either fails.
-test: lint build binaries ## every test: unit, integration and e2e against the real binaries
+# The two longest packages, the local-node tests (test/localnode: real
+# kubelets, one at a time) and the end-to-end tests (test/e2e), each run in a
+# go test of their own, started at once beside the lint and the go test of
+# every other package, so that neither waits for a free slot. Their lines
+# are prefixed [localnode] and [e2e]; the target fails if any part fails.
+test: build binaries ## every test (unit, integration, e2e against the real binaries) and the lint
 	cd cmd/fke-kube-plane && CGO_ENABLED=0 $(GO) test -trimpath -count=1 ./...
 	@set -o pipefail; \
 	( $(GO) test -count=1 -timeout 45m ./test/localnode/ 2>&1 | sed -u 's/^/[localnode] /' ) & localnode=$$!; \
-	$(GO) test -count=1 -timeout 45m $$($(GO) list ./... | grep -v '/test/localnode$$'); rc=$$?; \
-	wait $$localnode; lrc=$$?; \
-	echo "make test: every package but test/localnode: exit $$rc; test/localnode: exit $$lrc"; \
-	[ $$rc -eq 0 ] && [ $$lrc -eq 0 ]
+	( $(GO) test -count=1 -timeout 45m ./test/e2e/ 2>&1 | sed -u 's/^/[e2e] /' ) & e2e=$$!; \
+	$(MAKE) --no-print-directory lint && \
+	$(GO) test -count=1 -timeout 45m $$($(GO) list ./... | grep -v -e '/test/localnode$$' -e '/test/e2e$$'); rc=$$?; \
+	wait $$localnode; lrc=$$?; wait $$e2e; erc=$$?; \
+	echo "make test: lint and the other packages: exit $$rc; test/e2e: exit $$erc; test/localnode: exit $$lrc"; \
+	[ $$rc -eq 0 ] && [ $$erc -eq 0 ] && [ $$lrc -eq 0 ]
 
 demo: build demo-binaries ## the demo: a GPU cluster that autoscales
 	hack/demo.sh
