@@ -87,7 +87,7 @@ vet: ## go vet
 
 # The rest of the lint runs as tests (internal/layers: the import direction,
 # one name per import, function length; docs: links; cli: the reference).
-lint: vet ## gofmt and go vet over every package, before the tests
+lint: vet ## gofmt and go vet over every package (make test runs it)
 	@bad=$$(gofmt -l $$(git ls-files '*.go')); \
 	if [ -n "$$bad" ]; then echo "not gofmt-formatted (run gofmt -w):"; echo "$$bad"; exit 1; fi
 
