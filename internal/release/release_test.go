@@ -260,6 +260,7 @@ func TestParsePlatform(t *testing.T) {
 type entry struct {
 	mode int64
 	data []byte
+	dir  bool
 }
 
 func readTarGz(t *testing.T, p string) map[string]entry {
@@ -273,8 +274,14 @@ func readTarGz(t *testing.T, p string) map[string]entry {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return readTar(t, zr)
+}
+
+// readTar reads every entry of the tar r (a directory's data is empty).
+func readTar(t *testing.T, r io.Reader) map[string]entry {
+	t.Helper()
 	out := map[string]entry{}
-	tr := tar.NewReader(zr)
+	tr := tar.NewReader(r)
 	for {
 		h, err := tr.Next()
 		if err == io.EOF {
@@ -287,7 +294,7 @@ func readTarGz(t *testing.T, p string) map[string]entry {
 		if err != nil {
 			t.Fatal(err)
 		}
-		out[h.Name] = entry{mode: h.Mode, data: data}
+		out[h.Name] = entry{mode: h.Mode, data: data, dir: h.Typeflag == tar.TypeDir}
 	}
 }
 
@@ -299,30 +306,18 @@ func untar(t *testing.T, p, dir string) {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	tr := tar.NewReader(f)
-	for {
-		h, err := tr.Next()
-		if err == io.EOF {
-			return
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		dst := filepath.Join(dir, filepath.FromSlash(h.Name))
-		if h.Typeflag == tar.TypeDir {
+	for name, e := range readTar(t, f) {
+		dst := filepath.Join(dir, filepath.FromSlash(name))
+		if e.dir {
 			if err := os.MkdirAll(dst, 0o755); err != nil {
 				t.Fatal(err)
 			}
 			continue
 		}
-		data, err := io.ReadAll(tr)
-		if err != nil {
-			t.Fatal(err)
-		}
 		if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
 			t.Fatal(err)
 		}
-		if err := os.WriteFile(dst, data, 0o644); err != nil {
+		if err := os.WriteFile(dst, e.data, 0o644); err != nil {
 			t.Fatal(err)
 		}
 	}

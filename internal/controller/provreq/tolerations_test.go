@@ -1,8 +1,6 @@
 package provreq
 
 import (
-	"fmt"
-	"strings"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -18,14 +16,6 @@ func containerWith(requests, limits corev1.ResourceList) corev1.Container {
 }
 
 func qty(s string) resource.Quantity { return resource.MustParse(s) }
-
-func tolerationsOf(spec corev1.PodSpec) string {
-	var parts []string
-	for _, t := range spec.Tolerations {
-		parts = append(parts, fmt.Sprintf("%s:%s:%s:%s", t.Key, t.Operator, t.Value, t.Effect))
-	}
-	return strings.Join(parts, " ")
-}
 
 // TestDecideTemplateWithoutToleration: a gang of GPU pods written as users
 // write them (no toleration; the tenant's admission plugin adds it to real
