@@ -36,6 +36,7 @@ import (
 	"fke.dev/fke/internal/clusterbackup"
 	"fke.dev/fke/internal/controlplane"
 	"fke.dev/fke/internal/nodeprovider"
+	"fke.dev/fke/internal/phases"
 	"fke.dev/fke/internal/pki"
 	"fke.dev/fke/internal/tenant"
 )
@@ -177,10 +178,8 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.
 		p.before = cl.DeepCopy()
 		return nil
 	}
-	for _, ph := range r.phases() {
-		if res, done, err := ph.run(ctx, p); done || err != nil {
-			return res, err
-		}
+	if res, _, ended, err := phases.Run(ctx, p, r.phases()); ended {
+		return res, err
 	}
 	return ctrl.Result{RequeueAfter: p.requeue}, nil
 }

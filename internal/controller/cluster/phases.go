@@ -17,6 +17,7 @@ import (
 	fkev1 "fke.dev/fke/api/v1alpha1"
 	"fke.dev/fke/internal/clusterbackup"
 	"fke.dev/fke/internal/controlplane"
+	"fke.dev/fke/internal/phases"
 	"fke.dev/fke/internal/pki"
 )
 
@@ -42,25 +43,18 @@ type pass struct {
 	requeue time.Duration
 }
 
-// phase is one named step of a pass. done ends the pass with res and err
-// (an error ends it too); the phases after it run at the next pass.
-type phase struct {
-	name string
-	run  func(ctx context.Context, p *pass) (res ctrl.Result, done bool, err error)
-}
-
 // phases are the steps of a pass over a live Cluster, in order.
-func (r *Reconciler) phases() []phase {
-	return []phase{
-		{"validate", r.validatePhase},
-		{"allocate", r.allocatePhase},
-		{"pki", r.pkiPhase},
-		{"restore", r.restorePhase},
-		{"control plane", r.controlPlanePhase},
-		{"upgrade", r.upgradePhase},
-		{"addons", r.addonsPhase},
-		{"approver", r.approverPhase},
-		{"version", r.versionPhase},
+func (r *Reconciler) phases() []phases.Phase[*pass] {
+	return []phases.Phase[*pass]{
+		{Name: "validate", Run: r.validatePhase},
+		{Name: "allocate", Run: r.allocatePhase},
+		{Name: "pki", Run: r.pkiPhase},
+		{Name: "restore", Run: r.restorePhase},
+		{Name: "control plane", Run: r.controlPlanePhase},
+		{Name: "upgrade", Run: r.upgradePhase},
+		{Name: "addons", Run: r.addonsPhase},
+		{Name: "approver", Run: r.approverPhase},
+		{Name: "version", Run: r.versionPhase},
 	}
 }
 

@@ -55,7 +55,7 @@ func TestPassEndsAtAPhaseThatSaysSo(t *testing.T) {
 func TestPhasesInOrder(t *testing.T) {
 	var names []string
 	for _, p := range (&Reconciler{}).phases() {
-		names = append(names, p.name)
+		names = append(names, p.Name)
 	}
 	pos := map[string]int{}
 	for i, n := range names {

@@ -39,6 +39,7 @@ import (
 	fkev1 "fke.dev/fke/api/v1alpha1"
 	"fke.dev/fke/internal/controlplane"
 	"fke.dev/fke/internal/nodeutil"
+	"fke.dev/fke/internal/phases"
 	"fke.dev/fke/internal/tenant"
 	"fke.dev/fke/internal/versions"
 )
@@ -222,10 +223,8 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.
 	p := &pass{key: req.String(), np: np, machines: machines, desired: np.DesiredReplicas()}
 	np.Status.DesiredReplicas = int32(p.desired)
 	np.Status.Selector = labels.SelectorFromSet(np.MachineSelector()).String()
-	for _, ph := range r.phases() {
-		if res, done, err := ph.run(ctx, p); done || err != nil {
-			return res, err
-		}
+	if res, _, ended, err := phases.Run(ctx, p, r.phases()); ended {
+		return res, err
 	}
 	return ctrl.Result{}, nil
 }

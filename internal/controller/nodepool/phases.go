@@ -12,6 +12,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	fkev1 "fke.dev/fke/api/v1alpha1"
+	"fke.dev/fke/internal/phases"
 	"fke.dev/fke/internal/tenant"
 	"fke.dev/fke/internal/versions"
 )
@@ -36,22 +37,15 @@ type pass struct {
 	repairNext time.Time
 }
 
-// phase is one named step of a pass. done ends the pass with res and err
-// (an error ends it too).
-type phase struct {
-	name string
-	run  func(ctx context.Context, p *pass) (res ctrl.Result, done bool, err error)
-}
-
 // phases are the steps of a pass over a live NodePool, in order; the last
 // one always ends it.
-func (r *Reconciler) phases() []phase {
-	return []phase{
-		{"prerequisites", r.prerequisitesPhase},
-		{"gpu agent", r.gpuAgentPhase},
-		{"members", r.membersPhase},
-		{"repair", r.repairPhase},
-		{"scale", r.scalePhase},
+func (r *Reconciler) phases() []phases.Phase[*pass] {
+	return []phases.Phase[*pass]{
+		{Name: "prerequisites", Run: r.prerequisitesPhase},
+		{Name: "gpu agent", Run: r.gpuAgentPhase},
+		{Name: "members", Run: r.membersPhase},
+		{Name: "repair", Run: r.repairPhase},
+		{Name: "scale", Run: r.scalePhase},
 	}
 }
 
