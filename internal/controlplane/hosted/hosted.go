@@ -41,6 +41,7 @@ import (
 
 	"fke.dev/fke/internal/controlplane"
 	"fke.dev/fke/internal/image"
+	"fke.dev/fke/internal/nodeutil"
 	"fke.dev/fke/internal/pki"
 )
 
@@ -329,7 +330,7 @@ func (r *Runtime) readyNodeAddress(ctx context.Context) (string, error) {
 	}
 	sort.Slice(nodes.Items, func(i, j int) bool { return nodes.Items[i].Name < nodes.Items[j].Name })
 	for _, n := range nodes.Items {
-		if !nodeReady(&n) {
+		if !nodeutil.NodeReady(&n) {
 			continue
 		}
 		for _, a := range n.Status.Addresses {
@@ -339,15 +340,6 @@ func (r *Runtime) readyNodeAddress(ctx context.Context) (string, error) {
 		}
 	}
 	return "", errors.New("the management cluster has no Ready node with an IPv4 InternalIP to reach node ports at; set the endpoint host")
-}
-
-func nodeReady(n *corev1.Node) bool {
-	for _, c := range n.Status.Conditions {
-		if c.Type == corev1.NodeReady {
-			return c.Status == corev1.ConditionTrue
-		}
-	}
-	return false
 }
 
 // Ensure applies every object of spec's control plane: the datastore,
