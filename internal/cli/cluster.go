@@ -2,12 +2,9 @@ package cli
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
-	"os"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -15,19 +12,13 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
-	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/duration"
 	"k8s.io/apimachinery/pkg/util/validation"
-	"k8s.io/client-go/tools/clientcmd"
-	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/yaml"
 
 	fkev1 "fke.dev/fke/api/v1alpha1"
-	"fke.dev/fke/internal/addons"
 	"fke.dev/fke/internal/versions"
 )
 
@@ -400,53 +391,6 @@ func describeCluster(ctx context.Context, c client.Client, cl *fkev1.Cluster, ou
 	return printEvents(ctx, c, cl.Namespace, out, object{"Cluster", cl.Name})
 }
 
-// componentSummary writes each component with its version, e.g.
-// "kube-apiserver v1.37.2, kube-scheduler v1.36.3".
-func componentSummary(cs []fkev1.ComponentVersion) string {
-	var parts []string
-	for _, c := range cs {
-		if c.Version == "" {
-			continue
-		}
-		p := c.Name + " " + c.Version
-		if !c.Ready {
-			p += " (not ready)"
-		}
-		parts = append(parts, p)
-	}
-	return strings.Join(parts, ", ")
-}
-
-// printAddons lists the cluster's addons: those in status, then those
-// turned on that have no status yet, then those turned off.
-func printAddons(out io.Writer, cl *fkev1.Cluster) error {
-	fmt.Fprintln(out, "\nAddons:")
-	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "  NAME\tVERSION\tPHASE\tSINCE\tMESSAGE")
-	seen := map[string]bool{}
-	for _, a := range cl.Status.Addons {
-		seen[a.Name] = true
-		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\n", a.Name, orDash(a.Version), a.Phase, age(a.LastTransitionTime), a.Message)
-	}
-	for _, a := range []struct {
-		name string
-		on   bool
-	}{
-		{addons.MetricsServerName, cl.Spec.Addons.MetricsServer.IsEnabled()},
-		{addons.GPUMetricsName, cl.Spec.Addons.GPUMetrics.IsEnabled()},
-		{addons.VPAName, cl.Spec.Addons.VerticalPodAutoscaler.Enabled},
-	} {
-		switch {
-		case seen[a.name]:
-		case a.on:
-			fmt.Fprintf(tw, "  %s\t-\tPending\t-\twaits for the control plane\n", a.name)
-		default:
-			fmt.Fprintf(tw, "  %s\t-\tOff\t-\t-\n", a.name)
-		}
-	}
-	return tw.Flush()
-}
-
 // parsePoolShortcut parses name=gpu,type=gpu-h100x8,replicas=2 (or min=,max=).
 func parsePoolShortcut(namespace, clusterName, spec string) (*fkev1.NodePool, error) {
 	var o poolOptions
@@ -502,37 +446,6 @@ func parsePoolShortcut(namespace, clusterName, spec string) (*fkev1.NodePool, er
 	return buildPool(namespace, clusterName, name, o, replicasSet, minSet, maxSet)
 }
 
-// printEvents lists the latest events about one object.
-// object names an object events are about.
-type object struct{ kind, name string }
-
-// printEvents prints the events of objects in namespace.
-func printEvents(ctx context.Context, c client.Client, namespace string, out io.Writer, objects ...object) error {
-	var evs corev1.EventList
-	if err := c.List(ctx, &evs, client.InNamespace(namespace)); err != nil {
-		return nil //nolint:nilerr // events are best effort in a description
-	}
-	fmt.Fprintln(out, "\nEvents:")
-	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "  AGE\tTYPE\tREASON\tMESSAGE")
-	n := 0
-	for _, e := range evs.Items {
-		if !slices.Contains(objects, object{e.InvolvedObject.Kind, e.InvolvedObject.Name}) {
-			continue
-		}
-		ts := e.LastTimestamp
-		if ts.IsZero() {
-			ts = metav1.NewTime(e.EventTime.Time)
-		}
-		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\n", age(ts), e.Type, e.Reason, e.Message)
-		n++
-	}
-	if n == 0 {
-		fmt.Fprintln(tw, "  <none>")
-	}
-	return tw.Flush()
-}
-
 func newClusterDeleteCmd(g *globals) *cobra.Command {
 	var (
 		wait    bool
@@ -570,84 +483,6 @@ func newClusterDeleteCmd(g *globals) *cobra.Command {
 	return cmd
 }
 
-func newKubeconfigCmd(g *globals) *cobra.Command {
-	var merge bool
-	cmd := &cobra.Command{
-		Use:   "kubeconfig NAME",
-		Short: "Print a cluster's admin kubeconfig, or merge it into your kubeconfig",
-		Args:  exactArgs(1, "NAME"),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := g.client()
-			if err != nil {
-				return err
-			}
-			name := args[0]
-			cl, err := g.getCluster(cmd.Context(), c, name)
-			if err != nil {
-				return err
-			}
-			s := &corev1.Secret{}
-			if err := c.Get(cmd.Context(), client.ObjectKey{Namespace: g.namespace, Name: fkev1.KubeconfigSecretName(name)}, s); err != nil {
-				if apierrors.IsNotFound(err) {
-					return fmt.Errorf("cluster %s has no kubeconfig yet (phase %s): wait with `fke cluster get %s`", name, orDash(cl.Status.Phase), name)
-				}
-				return explain(err, "kubeconfig")
-			}
-			data := s.Data[fkev1.KubeconfigKey]
-			if !merge {
-				_, err := g.out.Write(data)
-				return err
-			}
-			path, err := mergeKubeconfig(data, "fke-"+name)
-			if err != nil {
-				return err
-			}
-			fmt.Fprintf(g.out, "merged context fke-%s into %s and made it current\n", name, path)
-			return nil
-		},
-	}
-	cmd.Flags().BoolVar(&merge, "merge", false, "merge into $KUBECONFIG (or ~/.kube/config) as context fke-NAME and switch to it")
-	return cmd
-}
-
-// mergeKubeconfig adds the cluster, user and context of data under name to
-// the user's kubeconfig file and makes it current.
-func mergeKubeconfig(data []byte, name string) (string, error) {
-	in, err := clientcmd.Load(data)
-	if err != nil {
-		return "", fmt.Errorf("decoding kubeconfig: %w", err)
-	}
-	rules := clientcmd.NewDefaultClientConfigLoadingRules()
-	path := rules.GetDefaultFilename()
-	if env := os.Getenv("KUBECONFIG"); env != "" {
-		path = filepath.SplitList(env)[0]
-	}
-	cur, err := clientcmd.LoadFromFile(path)
-	if err != nil {
-		if !os.IsNotExist(err) {
-			return "", fmt.Errorf("reading %s: %w", path, err)
-		}
-		cur = clientcmdapi.NewConfig()
-	}
-	ctx := in.Contexts[in.CurrentContext]
-	if ctx == nil {
-		return "", fmt.Errorf("kubeconfig has no current context")
-	}
-	cur.Clusters[name] = in.Clusters[ctx.Cluster]
-	cur.AuthInfos[name] = in.AuthInfos[ctx.AuthInfo]
-	ctxCopy := *ctx
-	ctxCopy.Cluster, ctxCopy.AuthInfo = name, name
-	cur.Contexts[name] = &ctxCopy
-	cur.CurrentContext = name
-	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
-		return "", err
-	}
-	if err := clientcmd.WriteToFile(*cur, path); err != nil {
-		return "", fmt.Errorf("writing %s: %w", path, err)
-	}
-	return path, nil
-}
-
 func explainCluster(err error, name string) error {
 	if apierrors.IsNotFound(err) {
 		return fmt.Errorf("cluster %q not found: list clusters with `fke cluster list`", name)
@@ -658,24 +493,6 @@ func explainCluster(err error, name string) error {
 	return explain(err, "cluster "+name)
 }
 
-func printObject(out io.Writer, format string, obj any) error {
-	switch format {
-	case "json":
-		enc := json.NewEncoder(out)
-		enc.SetIndent("", "  ")
-		return enc.Encode(obj)
-	case "yaml":
-		data, err := yaml.Marshal(obj)
-		if err != nil {
-			return err
-		}
-		_, err = out.Write(data)
-		return err
-	default:
-		return fmt.Errorf("unknown output format %q: use yaml or json", format)
-	}
-}
-
 func exactArgs(n int, names string) cobra.PositionalArgs {
 	return func(cmd *cobra.Command, args []string) error {
 		if len(args) != n {
@@ -683,25 +500,4 @@ func exactArgs(n int, names string) cobra.PositionalArgs {
 		}
 		return nil
 	}
-}
-
-func conditionStatus(conds []metav1.Condition, t string) string {
-	if c := meta.FindStatusCondition(conds, t); c != nil {
-		return string(c.Status)
-	}
-	return "-"
-}
-
-func orDash(s string) string {
-	if strings.TrimSpace(s) == "" {
-		return "-"
-	}
-	return s
-}
-
-func age(t metav1.Time) string {
-	if t.IsZero() {
-		return "-"
-	}
-	return duration.HumanDuration(time.Since(t.Time))
 }
